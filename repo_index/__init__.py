@@ -1,0 +1,3 @@
+"""Tree-sitter symbol index and ranked, budgeted repo map."""
+
+from __future__ import annotations
