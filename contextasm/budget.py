@@ -1,0 +1,154 @@
+"""Fitting a prompt into its token budget by shrinking segments in cache-class order.
+
+Each segment is a ``Slot`` with a ladder of renderings indexed by ``k``: ``k_max`` is the full
+rendering, smaller ``k`` keep less (fewer lines, fewer hunks, a smaller repo map), ``k == 0`` is
+the floor (dropped, or for the user turn: the bare question). ``fit`` walks the stages (low,
+medium, high, user turn) and gives each slot the largest ``k`` that makes the whole prompt fit
+(binary search), so every step removes no more than needed. Deterministic: same inputs, same
+cuts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from contextasm.segments import STABLE_KINDS, CacheClass, SegmentKind
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One rendering of a slot: its text pieces and their tokens."""
+
+    pieces: tuple[tuple[str, bool], ...]
+    tokens: tuple[int, ...]  # BOS (segment A only) + the pieces' tokens
+    piece_tokens: tuple[tuple[int, ...], ...]
+    truncated: bool = False
+    invalidation: str | None = None  # overrides the slot's (e.g. a re-rendered repo map)
+
+
+@dataclass
+class Slot:
+    """A segment being fitted: its identity, its rendering ladder and the chosen rung."""
+
+    kind: SegmentKind
+    label: str
+    cache_class: CacheClass
+    invalidation: str
+    render: Callable[[int], Variant | None]
+    k_max: int
+    soft_floor: int = 0  # first-pass floor: the smallest still useful rung
+    k: int = -1  # -1: not chosen yet → k_max
+    _memo: dict[int, Variant | None] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            self.k = self.k_max
+        self.soft_floor = min(self.soft_floor, self.k_max)
+
+    def variant(self, k: int | None = None) -> Variant | None:
+        k = self.k if k is None else k
+        if k not in self._memo:
+            self._memo[k] = self.render(k)
+        return self._memo[k]
+
+    @property
+    def full_tokens(self) -> int:
+        full = self.variant(self.k_max)
+        return len(full.tokens) if full else 0
+
+
+def padding_for(stable_len: int, block_size: int) -> int:
+    """Neutral tokens needed after the stable region to end on a block boundary."""
+    return (-stable_len) % block_size if block_size > 1 else 0
+
+
+def total_tokens(
+    slots: Sequence[Slot], block_size: int, override: tuple[int, int] | None = None
+) -> int:
+    """Prompt length with the slots' chosen variants (``override``: slot index → k to try)."""
+    stable = rest = 0
+    for i, slot in enumerate(slots):
+        k = override[1] if override is not None and override[0] == i else slot.k
+        v = slot.variant(k)
+        n = len(v.tokens) if v is not None else 0
+        if slot.kind in STABLE_KINDS:
+            stable += n
+        else:
+            rest += n
+    return stable + padding_for(stable, block_size) + rest
+
+
+def fit(slots: Sequence[Slot], stages: Sequence[Sequence[int]], limit: int, block_size: int) -> int:
+    """Shrink ``slots`` stage by stage until the prompt fits ``limit``; returns the final total.
+
+    Within a stage, a first pass takes each slot (in order) no lower than its ``soft_floor``
+    (a still useful form: a test-output tail, the nearest diff hunks), and only a second pass
+    goes down to ``k == 0``. So a huge diff is cut to its nearest hunks before a small test
+    log of the same class is dropped. The caller raises if the total still exceeds ``limit``.
+    """
+    total = total_tokens(slots, block_size)
+    for stage in stages:
+        if total <= limit:
+            break
+        start = {i: slots[i].k for i in stage}
+        for soft in (True, False):
+            for i in stage:
+                if total > limit:
+                    total = _shrink(slots, i, limit, block_size, slots[i].soft_floor if soft else 0)
+        # A slot cut to its floor early may fit again now that later ones gave more: hand the
+        # room back, most important (shrunk last) first.
+        for i in reversed(stage):
+            total = _grow(slots, i, limit, block_size, start[i])
+    return total
+
+
+def _grow(slots: Sequence[Slot], i: int, limit: int, block_size: int, k_hi: int) -> int:
+    """Raise slot ``i`` to the largest ``k`` in ``[k, k_hi]`` that still fits."""
+    slot = slots[i]
+    total = total_tokens(slots, block_size)
+    if total > limit or slot.k >= k_hi:
+        return total
+    lo, hi = slot.k, k_hi + 1  # invariant: lo fits, hi does not (or is out of range)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if total_tokens(slots, block_size, (i, mid)) <= limit:
+            lo = mid
+        else:
+            hi = mid
+    if lo != slot.k:
+        logger.debug("budget: %s regrown to k=%d/%d", slot.label, lo, slot.k_max)
+        slot.k = lo
+    return total_tokens(slots, block_size)
+
+
+def _shrink(slots: Sequence[Slot], i: int, limit: int, block_size: int, floor: int) -> int:
+    """Give slot ``i`` the largest ``k`` in ``[floor, k]`` that fits (``floor`` if none)."""
+    slot = slots[i]
+    before = total_tokens(slots, block_size)
+    floor = min(floor, slot.k)
+    if total_tokens(slots, block_size, (i, floor)) > limit:
+        slot.k = floor  # even the floor does not fit: take it, later slots must give more
+    else:
+        lo, hi = floor, slot.k  # invariant: lo fits, hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if total_tokens(slots, block_size, (i, mid)) <= limit:
+                lo = mid
+            else:
+                hi = mid
+        slot.k = lo
+    after = total_tokens(slots, block_size)
+    logger.debug(
+        "budget: %s shrunk to k=%d/%d (%d -> %d tokens, limit %d)",
+        slot.label,
+        slot.k,
+        slot.k_max,
+        before,
+        after,
+        limit,
+    )
+    return after

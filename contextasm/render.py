@@ -1,0 +1,185 @@
+"""Rendering of segment contents: inputs → text pieces, with stable, canonical formatting.
+
+A rendering is a tuple of ``(text, special)`` pieces: marker pieces are tokenized with special
+tokens on, content pieces with them off. Formatting is fixed (headers, fences, canonical JSON,
+LF line ends) so identical inputs always give identical bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contextasm.errors import InvalidInputError
+from contextasm.formats import PromptFormat
+from contextasm.inputs import OutputEntry, Pin, RepoInstructions, UserTurn
+
+Pieces = tuple[tuple[str, bool], ...]
+
+OUTPUT_TITLES: Mapping[str, str] = {
+    "diagnostics": "diagnostics",
+    "test": "test output",
+    "terminal": "terminal output",
+    "snippet": "snippet",
+    "turn": "earlier turn",
+}
+
+_BACKTICKS = re.compile(r"`{3,}")
+
+
+def normalize(text: str) -> str:
+    """LF line ends, no trailing whitespace at the end (edits that only add CRs don't count)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
+
+
+def block(text: str) -> str:
+    """A content block: normalized, ending in one blank line; empty input stays empty."""
+    body = normalize(text)
+    return body + "\n\n" if body else ""
+
+
+def fenced(text: str, lang: str = "") -> str:
+    """``text`` in a code fence longer than any backtick run inside it."""
+    longest = max((len(m.group(0)) for m in _BACKTICKS.finditer(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    body = text.replace("\r\n", "\n").replace("\r", "\n")
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return f"{fence}{lang}\n{body}{fence}\n"
+
+
+def canonical_json(value: Any) -> str:
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"tool schema is not canonical JSON: {exc}") from exc
+
+
+def content(text: str) -> Pieces:
+    return ((text, False),) if text else ()
+
+
+def system(fmt: PromptFormat, prompt: str) -> Pieces:
+    pieces: list[tuple[str, bool]] = []
+    if fmt.open:
+        pieces.append((fmt.open, True))
+    pieces.extend(content(block(prompt)))
+    return tuple(pieces)
+
+
+def tools(schemas: Sequence[Mapping[str, Any]]) -> Pieces:
+    if not schemas:
+        return ()
+    lines = sorted(
+        (str(s.get("name", "")), canonical_json(s)) for s in schemas
+    )  # sorted: the caller's list order must not change the prompt
+    body = "\n".join(line for _, line in lines)
+    return content(
+        "# Tools\n\nActions the editor can run for you, one JSON schema per line:\n\n"
+        + body
+        + "\n\n"
+    )
+
+
+def policy(text: str) -> Pieces:
+    body = block(text)
+    return content("# Task policy\n\n" + body) if body else ()
+
+
+def instructions(instr: RepoInstructions | None) -> Pieces:
+    if instr is None or not normalize(instr.text):
+        return ()
+    return content(f"# Repository instructions ({instr.source})\n\n" + block(instr.text))
+
+
+def repo_map(text: str) -> Pieces:
+    body = block(text)
+    return content("# Repository map\n\n" + body) if body else ()
+
+
+def pin(p: Pin, keep_lines: int | None = None) -> Pieces:
+    """A pinned range; ``keep_lines`` keeps only the first lines and says so."""
+    lines = normalize(p.text).split("\n") if normalize(p.text) else []
+    shown = lines if keep_lines is None else lines[:keep_lines]
+    head = f"# Pinned: {p.path} lines {p.start_line}-{p.end_line}\n\n"
+    text = head + fenced("\n".join(shown))
+    if keep_lines is not None and keep_lines < len(lines):
+        last = p.start_line + keep_lines - 1
+        text += f"(truncated: showing lines {p.start_line}-{last} of {p.start_line}-{p.end_line})\n"
+    return content(text + "\n")
+
+
+def diff(text: str, note: str = "") -> Pieces:
+    if not normalize(text):
+        return ()
+    out = "# Current changes (diff)\n\n" + fenced(normalize(text) + "\n", "diff")
+    if note:
+        out += note + "\n"
+    return content(out + "\n")
+
+
+def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
+    """A diagnostics/output block; ``keep_tail`` keeps only its last lines (the summary)."""
+    body = normalize(entry.text)
+    lines = body.split("\n") if body else []
+    title = OUTPUT_TITLES[entry.kind]
+    stale = " (stale)" if entry.stale else ""
+    text = f"# {title[0].upper()}{title[1:]}: {entry.source}{stale}\n\n"
+    if keep_tail is not None and keep_tail < len(lines):
+        text += f"({len(lines) - keep_tail} earlier lines omitted)\n"
+        lines = lines[len(lines) - keep_tail :] if keep_tail else []
+    return content(text + fenced("\n".join(lines)) + "\n")
+
+
+def output_label(entry: OutputEntry) -> str:
+    return f"{OUTPUT_TITLES[entry.kind]} {entry.source}"
+
+
+def user(
+    fmt: PromptFormat,
+    turn: UserTurn,
+    *,
+    selection_lines: int | None = None,
+    cursor_lines: int | None = None,
+) -> Pieces:
+    """The user turn between the format's user-open and close markers.
+
+    ``selection_lines`` keeps the selection's first lines; ``cursor_lines`` keeps that many
+    lines around the middle of the cursor context (where the cursor is).
+    """
+    parts: list[str] = []
+    if turn.file_path:
+        where = f"File: {turn.file_path}"
+        if turn.line is not None:
+            where += f", line {turn.line}"
+        parts.append(where + "\n\n")
+    if turn.selection and normalize(turn.selection):
+        sel = normalize(turn.selection).split("\n")
+        note = ""
+        if selection_lines is not None and selection_lines < len(sel):
+            note = f"(selection truncated: {len(sel) - selection_lines} more lines)\n"
+            sel = sel[:selection_lines]
+        if sel:
+            parts.append("Selected code:\n" + fenced("\n".join(sel)) + note + "\n")
+    if turn.cursor_context and normalize(turn.cursor_context):
+        ctx = normalize(turn.cursor_context).split("\n")
+        if cursor_lines is not None and cursor_lines < len(ctx):
+            start = max(0, (len(ctx) - cursor_lines) // 2)
+            ctx = ctx[start : start + cursor_lines]
+        if ctx:
+            parts.append("Code around the cursor:\n" + fenced("\n".join(ctx)) + "\n")
+    parts.append("Question: " + normalize(turn.question) + "\n")
+    body = "".join(parts)
+    if fmt.close:
+        body = body.rstrip("\n")  # the closing marker follows the text directly, as in templates
+    pieces: list[tuple[str, bool]] = []
+    if fmt.user_open:
+        pieces.append((fmt.user_open, True))
+    pieces.append((body, False))
+    if fmt.close:
+        pieces.append((fmt.close, True))
+    return tuple(pieces)

@@ -1,0 +1,372 @@
+"""Gathering assembly inputs from a workspace folder (deterministically).
+
+System prompt (``.contenox/system.md`` or the built-in default), repo instructions (first of
+``AGENTS.md``, ``.contenox/instructions.md``, ``CONTRIBUTING.md``, capped), the current diff
+(``git diff HEAD`` for tracked files, new untracked files, unsaved editor buffers vs disk), the
+default tool schemas and task policy. Paths are sorted and formatting fixed, so an unchanged
+workspace yields byte-identical inputs. Git runs as an argument list (never a shell) with
+optional locks off, so it never contends with the developer's own git commands; a folder that
+is not a git work tree (or a machine without git) simply has no git part.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from contextasm.inputs import ContextInputs, OutputEntry, Pin, RepoInstructions, RepoMap, UserTurn
+
+#: Open editor buffers: ``{path: text}``, paths absolute or relative to the workspace root.
+Buffers = Mapping[str, str] | Mapping[Path, str]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT_FILE = ".contenox/system.md"
+INSTRUCTION_FILES = ("AGENTS.md", ".contenox/instructions.md", "CONTRIBUTING.md")
+MAX_INSTRUCTIONS_CHARS = 16_000
+MAX_UNTRACKED_FILE_BYTES = 16 * 1024
+MAX_UNTRACKED_FILES = 100
+MAX_UNTRACKED_TOTAL_BYTES = 128 * 1024
+GIT_TIMEOUT_S = 15.0
+CURSOR_RADIUS = 20
+
+DEFAULT_SYSTEM_PROMPT = """\
+You are Contenox, a coding assistant that runs locally next to the developer's editor.
+You see one repository through the context below: tool schemas, a task policy, the
+repository's own instructions, a map of its files and symbols, pinned files, the current
+uncommitted changes, diagnostics and test output, and finally the developer's request.
+Answer precisely and briefly. Refer to code by file path and line. When you propose a code
+change, show it as a unified diff against the current file contents."""
+
+DEFAULT_TASK_POLICY = """\
+- Ground every statement in the context given; if it is not enough, say what is missing.
+- Prefer the smallest change that solves the problem; keep the surrounding code style.
+- Do not invent functions, modules or APIs that the repository map does not show.
+- The diff section is the developer's uncommitted work: it is the most likely place of a bug.
+- Pinned files are the ones the developer marked as relevant: read them first.
+- Diagnostics or output marked (stale) predate the latest edit and may no longer apply."""
+
+
+def default_task_policy() -> str:
+    return DEFAULT_TASK_POLICY
+
+
+def load_system_prompt(root: str | os.PathLike[str]) -> str:
+    """``.contenox/system.md`` when present and non-empty, else the built-in default."""
+    text = _read_text(Path(root) / SYSTEM_PROMPT_FILE)
+    if text is not None and text.strip():
+        return text
+    return DEFAULT_SYSTEM_PROMPT
+
+
+def load_repo_instructions(
+    root: str | os.PathLike[str], *, max_chars: int = MAX_INSTRUCTIONS_CHARS
+) -> RepoInstructions | None:
+    """The first non-empty of ``INSTRUCTION_FILES``, cut at a line boundary to ``max_chars``."""
+    for name in INSTRUCTION_FILES:
+        text = _read_text(Path(root) / name)
+        if text is None or not text.strip():
+            continue
+        text = text.replace("\r\n", "\n")
+        if len(text) > max_chars:
+            cut = text.rfind("\n", 0, max_chars)
+            text = text[: cut if cut > 0 else max_chars] + f"\n(truncated at {max_chars} chars)\n"
+        return RepoInstructions(text=text, source=name)
+    return None
+
+
+def default_tool_schemas() -> list[dict[str, Any]]:
+    """JSON schemas of the actions the server offers: explain, fix, docstring, pin, unpin."""
+    path = {"type": "string", "description": "workspace-relative file path"}
+    line = {"type": "integer", "minimum": 1}
+    return [
+        _tool(
+            "explain",
+            "Explain what the code in a line range does and why.",
+            {"path": path, "start_line": line, "end_line": line},
+            ["path", "start_line"],
+        ),
+        _tool(
+            "fix",
+            "Propose a fix for the code in a line range (and the diagnostic there), "
+            "as a unified diff.",
+            {
+                "path": path,
+                "start_line": line,
+                "end_line": line,
+                "diagnostic": {"type": "string", "description": "the diagnostic message"},
+            },
+            ["path", "start_line"],
+        ),
+        _tool(
+            "docstring",
+            "Write a docstring for the function or class defined at a line.",
+            {"path": path, "line": line},
+            ["path", "line"],
+        ),
+        _tool(
+            "pin",
+            "Pin a file or a line range into the stable context.",
+            {"path": path, "start_line": line, "end_line": line},
+            ["path"],
+        ),
+        _tool(
+            "unpin",
+            "Remove a pinned file or range from the stable context.",
+            {"path": path, "start_line": line, "end_line": line},
+            ["path"],
+        ),
+    ]
+
+
+def _tool(
+    name: str, description: str, props: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "parameters": {
+            "type": "object",
+            "properties": props,
+            "required": required,
+            "additionalProperties": False,
+        },
+    }
+
+
+# -- diff ------------------------------------------------------------------------------------
+
+
+def current_diff(root: str | os.PathLike[str], buffers: Buffers | None = None) -> str:
+    """Tracked changes vs HEAD, new untracked files, then unsaved buffers vs disk."""
+    root = Path(root)
+    parts = [git_diff_head(root), untracked_files_diff(root), buffers_diff(root, buffers or {})]
+    return "".join(p for p in parts if p)
+
+
+def git_diff_head(root: str | os.PathLike[str]) -> str:
+    """``git diff HEAD`` for the tracked files under ``root`` ('' outside a git work tree)."""
+    out = _git(
+        Path(root),
+        "diff",
+        "HEAD",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--relative",
+        "--unified=3",
+        "--diff-algorithm=myers",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        "--ignore-submodules",
+    )
+    return _ensure_newline(out or "")
+
+
+def untracked_files(root: str | os.PathLike[str]) -> list[str]:
+    """Untracked, not ignored files under ``root`` (relative, sorted; [] outside git)."""
+    out = _git(Path(root), "ls-files", "--others", "--exclude-standard", "-z")
+    return sorted(p for p in (out or "").split("\0") if p)
+
+
+def untracked_files_diff(root: str | os.PathLike[str]) -> str:
+    """New untracked files as additions; binary or large ones as a one-line note."""
+    root = Path(root)
+    out: list[str] = []
+    total = 0
+    names = untracked_files(root)
+    for i, rel in enumerate(names):
+        if i >= MAX_UNTRACKED_FILES or total >= MAX_UNTRACKED_TOTAL_BYTES:
+            out.append(f"({len(names) - i} more untracked files not shown)\n")
+            break
+        path = root / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if len(data) > MAX_UNTRACKED_FILE_BYTES or b"\0" in data[:8192]:
+            why = "binary" if b"\0" in data[:8192] else "large"
+            out.append(
+                f"diff --untracked a/{rel} b/{rel}\nnew file ({why}, {len(data)} bytes, "
+                "not shown)\n"
+            )
+            continue
+        total += len(data)
+        out.append(_unified(rel, None, data.decode("utf-8", errors="replace"), "untracked"))
+    return "".join(out)
+
+
+def buffers_diff(root: str | os.PathLike[str], buffers: Buffers) -> str:
+    """Unsaved editor buffers vs the file on disk (paths absolute or relative to ``root``)."""
+    root = Path(root)
+    rels: dict[str, str] = {}
+    for name, text in buffers.items():
+        rel = workspace_relative(root, name)
+        if rel is None:
+            logger.debug("buffer %s is outside the workspace; not diffed", name)
+            continue
+        rels[rel] = text
+    out: list[str] = []
+    for rel in sorted(rels):
+        disk = _read_text(root / rel)
+        text = rels[rel]
+        if disk is not None and disk.splitlines() == text.splitlines():
+            continue
+        out.append(_unified(rel, disk, text, "unsaved"))
+    return "".join(out)
+
+
+def workspace_relative(root: Path, name: str | os.PathLike[str]) -> str | None:
+    """``name`` as a POSIX path relative to ``root``, or None when it lies outside."""
+    p = Path(name)
+    if not p.is_absolute():
+        p = root / p
+    try:
+        rel = Path(os.path.normpath(p)).relative_to(os.path.normpath(root))
+    except ValueError:
+        return None
+    return rel.as_posix()
+
+
+def _unified(rel: str, old: str | None, new: str, tag: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines() if old is not None else [],
+        new.splitlines(),
+        fromfile=f"a/{rel}" if old is not None else "/dev/null",
+        tofile=f"b/{rel}",
+        lineterm="",
+        n=3,
+    )
+    body = "\n".join(lines)
+    return f"diff --{tag} a/{rel} b/{rel}\n{body}\n" if body else ""
+
+
+def _git(root: Path, *args: str) -> str | None:
+    env = {
+        **os.environ,
+        "GIT_OPTIONAL_LOCKS": "0",  # never take index.lock: the developer's git must not fail
+        "GIT_PAGER": "cat",
+        "GIT_TERMINAL_PROMPT": "0",
+        "LC_ALL": "C",
+    }
+    cmd = ["git", "-c", "core.quotePath=false", "-c", "color.ui=never", *args]
+    try:
+        proc = subprocess.run(
+            cmd, cwd=root, env=env, capture_output=True, timeout=GIT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.info("git %s in %s unavailable: %s", args[0], root, exc)
+        return None
+    if proc.returncode != 0:
+        # Not a work tree, no HEAD yet, ...: the diff simply has no git part.
+        logger.debug(
+            "git %s in %s: exit %d: %s",
+            args[0],
+            root,
+            proc.returncode,
+            proc.stderr.decode("utf-8", errors="replace").strip(),
+        )
+        return None
+    return proc.stdout.decode("utf-8", errors="replace")
+
+
+def _ensure_newline(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+# -- user turn and pins ----------------------------------------------------------------------
+
+
+def cursor_context(text: str, line: int, radius: int = CURSOR_RADIUS) -> str:
+    """Lines ``line - radius`` .. ``line + radius`` (1-based) of ``text``."""
+    lines = text.splitlines()
+    if not lines:
+        return ""
+    i = min(max(line, 1), len(lines)) - 1
+    return "\n".join(lines[max(0, i - radius) : i + radius + 1])
+
+
+def file_text(
+    root: str | os.PathLike[str], path: str | os.PathLike[str], buffers: Buffers | None = None
+) -> str | None:
+    """The text the developer sees: the open buffer if any, else the file on disk."""
+    root = Path(root)
+    rel = workspace_relative(root, path)
+    for name, text in (buffers or {}).items():
+        if rel is not None and workspace_relative(root, name) == rel:
+            return text
+    return _read_text(root / rel if rel is not None else Path(path))
+
+
+def load_pin(
+    root: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    start_line: int | None = None,
+    end_line: int | None = None,
+    buffers: Buffers | None = None,
+) -> Pin | None:
+    """A ``Pin`` of ``path`` (whole file or the given range, clamped); None if unreadable."""
+    text = file_text(root, path, buffers)
+    if text is None:
+        return None
+    lines = text.splitlines()
+    start = max(1, start_line or 1)
+    end = min(len(lines), end_line or len(lines))
+    if end < start:
+        return None
+    rel = workspace_relative(Path(root), path) or os.fspath(path)
+    return Pin(path=rel, start_line=start, end_line=end, text="\n".join(lines[start - 1 : end]))
+
+
+def gather_inputs(
+    root: str | os.PathLike[str],
+    question: str,
+    *,
+    file_path: str | os.PathLike[str] | None = None,
+    line: int | None = None,
+    selection: str | None = None,
+    buffers: Buffers | None = None,
+    repo_map: RepoMap | None = None,
+    pins: Sequence[Pin] = (),
+    outputs: Sequence[OutputEntry] = (),
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    task_policy: str | None = None,
+) -> ContextInputs:
+    """All inputs for a request in ``root`` (the repo map comes from the caller)."""
+    root = Path(root)
+    rel = workspace_relative(root, file_path) if file_path else None
+    ctx = None
+    if file_path and line is not None:
+        text = file_text(root, file_path, buffers)
+        ctx = cursor_context(text, line) if text is not None else None
+    return ContextInputs(
+        system_prompt=load_system_prompt(root),
+        tool_schemas=default_tool_schemas() if tool_schemas is None else tool_schemas,
+        task_policy=DEFAULT_TASK_POLICY if task_policy is None else task_policy,
+        repo_instructions=load_repo_instructions(root),
+        repo_map=repo_map,
+        pins=pins,
+        diff=current_diff(root, buffers),
+        outputs=outputs,
+        user=UserTurn(
+            question=question,
+            selection=selection,
+            cursor_context=ctx,
+            file_path=rel or (os.fspath(file_path) if file_path else None),
+            line=line,
+        ),
+    )

@@ -1,0 +1,691 @@
+"""A persistent llama.cpp session: one model + one context, live prefix reuse, snapshots, branches.
+
+Sequence 0 is the live sequence. Sequences 1..n_seq_max-1 hold parked branches: other prefixes
+kept warm in the same (unified) KV cell pool, so copying a prefix shares cells instead of
+duplicating them. ``prefill`` reuses the longest common prefix of the live sequence or of a
+parked branch, removes the tail with ``llama_memory_seq_rm`` and decodes only the new suffix in
+``n_batch`` chunks; each finished chunk is committed (counted as resident) before the next one.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from contextasm.identity import ContextIdentity
+from engine.errors import (
+    CancelledError,
+    ContextOverflowError,
+    DecodeFailedError,
+    DecodeFatalError,
+    EngineError,
+    InvalidBatchError,
+    InvalidSessionStateError,
+    NoKvSlotError,
+    SnapshotCorruptError,
+    SnapshotIncompatibleError,
+)
+from engine.llama.model import LoadedModel, backend_version, context_params, load_model
+from engine.llama.sampler import build_sampler
+from engine.profile import Profile
+from engine.results import (
+    BranchInfo,
+    GenerateResult,
+    PrefillResult,
+    SessionMetrics,
+    SnapshotResult,
+)
+from engine.snapshot_file import SnapshotPayload, read_snapshot, write_snapshot
+
+log = logging.getLogger(__name__)
+
+MAIN_SEQ = 0
+DecodeFn = Callable[[Any, Any], int]
+
+
+@dataclass
+class _Branch:
+    name: str
+    seq_id: int
+    tokens: list[int]
+    identity: ContextIdentity
+    last_used: float
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class LlamaSession:
+    """The llama.cpp implementation of the engine session seam (see ``engine.session.Session``)."""
+
+    backend = "llama"
+
+    def __init__(self, profile: Profile, model: LoadedModel) -> None:
+        self.profile = profile
+        self._model = model
+        self._cancel = threading.Event()
+        self._busy = threading.Lock()
+        # Kept as attributes: ctypes callbacks must outlive the context that calls them.
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
+        # Fault-injection seam for tests: the function that runs one batch.
+        self._decode_fn: DecodeFn = llama_cpp.llama_decode
+        self._ctx: Any = None
+        self._mem: Any = None
+        self._tokens: list[int] = []
+        self._resident_identity: ContextIdentity | None = None
+        self._logits_ready = False
+        self._prefill_started = 0.0
+        self._branches: dict[str, _Branch] = {}
+        self._fatal_reason: str | None = None
+        self.metrics = SessionMetrics()
+        self._n_batch = profile.n_batch
+        self._n_seq_max = int(profile.get("context.n_seq_max"))
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._sampler = build_sampler(profile, model.vocab)
+        self._create_context()
+        self.identity = ContextIdentity(
+            profile_id=profile.profile_id,
+            backend=self.backend,
+            backend_version=backend_version(),
+            model_digest=model.model_digest,
+            tokenizer_digest=model.tokenizer_digest,
+            chat_template_digest=model.chat_template_digest,
+            prompt_format=profile.prompt_format,
+            bos_policy=profile.bos_policy,
+            n_ctx=self.n_ctx,
+            rope_freq_base=float(profile.get("context.rope_freq_base")),
+            rope_freq_scale=float(profile.get("context.rope_freq_scale")),
+            rope_scaling_type=str(profile.get("context.rope_scaling_type")),
+            type_k=str(profile.get("context.type_k")),
+            type_v=str(profile.get("context.type_v")),
+            flash_attn=str(profile.get("context.flash_attn")),
+            swa_full=profile.swa_full,
+            block_size=profile.block_size,
+        )
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def open(cls, profile: Profile) -> LlamaSession:
+        model = load_model(profile)
+        try:
+            return cls(profile, model)
+        except BaseException:
+            model.close()
+            raise
+
+    def _create_context(self) -> None:
+        params = context_params(self.profile, self._abort_cb)
+        ctx = llama_cpp.llama_init_from_model(self._model.model, params)
+        if not ctx:
+            raise DecodeFatalError(
+                "llama.cpp could not create a context (out of memory for n_ctx?)",
+                n_ctx=self.profile.n_ctx,
+            )
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._fatal_reason = None
+
+    def _ensure_context(self) -> None:
+        """After a fatal decode the context was freed; rebuild it on the next request."""
+        if self._ctx is None:
+            log.warning("rebuilding the llama.cpp context after: %s", self._fatal_reason)
+            self._create_context()
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._sampler is not None:
+            llama_cpp.llama_sampler_free(self._sampler)
+            self._sampler = None
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        self._model.close()
+
+    def __enter__(self) -> LlamaSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- facts
+
+    @property
+    def n_ctx(self) -> int:
+        if self._ctx is None:
+            return self.profile.n_ctx
+        return int(llama_cpp.llama_n_ctx(self._ctx))
+
+    @property
+    def n_vocab(self) -> int:
+        return self._model.n_vocab
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._model.bos_id
+
+    @property
+    def tokenizer_digest(self) -> str:
+        return self._model.tokenizer_digest
+
+    @property
+    def model_path(self) -> str:
+        return str(self._model.path)
+
+    @property
+    def model_description(self) -> str:
+        return self._model.description
+
+    @property
+    def resident_tokens(self) -> list[int]:
+        """The tokens whose KV is in the live sequence right now (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def n_resident(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def resident_identity(self) -> ContextIdentity | None:
+        return self._resident_identity
+
+    @property
+    def capabilities(self) -> dict[str, bool]:
+        return {
+            "snapshots": True,
+            "branches": self._n_seq_max > 1,
+            "cancel": True,
+            "prefix_reuse": True,
+        }
+
+    # ----------------------------------------------------------------- tokens
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        """Tokenize without any implicit BOS; ``add_bos`` prepends the model's BOS explicitly."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(
+                self._model.vocab, data, len(data), buf, cap, False, special
+            )
+            if n >= 0:
+                break
+            cap = -n
+        out = list(buf[:n])
+        if add_bos and self._model.bos_id is not None:
+            out.insert(0, self._model.bos_id)
+        return out
+
+    def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.token_piece(t, special=special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )
+
+    # ----------------------------------------------------------------- cancellation
+
+    def cancel(self) -> None:
+        """Thread-safe. Aborts the running prefill (within one micro-batch) or decode (within
+        one token) of the current request; a new ``prefill`` starts a new request."""
+        self._cancel.set()
+
+    def _should_abort(self, _data: Any) -> bool:
+        return self._cancel.is_set()
+
+    @contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        if not self._busy.acquire(blocking=False):
+            raise InvalidSessionStateError(
+                f"session busy: {what} called while another call runs", operation=what
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    # ----------------------------------------------------------------- prefill
+
+    def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise InvalidBatchError("prefill needs at least one token", tokens=0)
+        bad = next((t for t in toks if not 0 <= t < self._model.n_vocab), None)
+        if bad is not None:
+            raise InvalidBatchError(
+                f"token id {bad} is outside the vocabulary (0..{self._model.n_vocab - 1})",
+                token=bad,
+                n_vocab=self._model.n_vocab,
+            )
+        if len(toks) > self.n_ctx:
+            raise ContextOverflowError(
+                f"prompt of {len(toks)} tokens does not fit the context of {self.n_ctx}",
+                requested=len(toks),
+                n_ctx=self.n_ctx,
+            )
+        return toks
+
+    def prefill(
+        self, tokens: Sequence[int], identity: ContextIdentity | None = None
+    ) -> PrefillResult:
+        """Make ``tokens`` resident, reusing the longest valid cached prefix.
+
+        ``identity`` is the manifest identity the prompt was assembled under (default: this
+        session's). Resident state from another identity is never reused: KV is cleared.
+        Raises before any decode if the prompt cannot fit; on cancel/failure the live sequence
+        holds exactly the committed chunks.
+        """
+        with self._exclusive("prefill"):
+            self._cancel.clear()
+            t0 = time.perf_counter()
+            self._prefill_started = t0
+            toks = self._check_tokens(tokens)
+            ident = identity or self.identity
+            self._ensure_context()
+            self._logits_ready = False
+            reused, reason, restored = self._reuse_prefix(toks, ident)
+            self._decode_suffix(toks[reused:], pos=reused)
+            self._logits_ready = True
+            result = PrefillResult(
+                reused_tokens=reused,
+                new_tokens=len(toks) - reused,
+                prefill_ms=_ms(t0),
+                total_tokens=len(toks),
+                miss_reason=reason,
+                restored_branch=restored,
+            )
+            m = self.metrics
+            m.last_prefill = result
+            m.prefill_calls += 1
+            m.reused_tokens_total += result.reused_tokens
+            m.new_tokens_total += result.new_tokens
+            return result
+
+    def _reuse_prefix(
+        self, toks: list[int], ident: ContextIdentity
+    ) -> tuple[int, str | None, str | None]:
+        """Trim the live sequence to the reusable prefix of ``toks``: (n, reason, branch)."""
+        reason: str | None = None
+        if self._resident_identity is not None:
+            field = self._resident_identity.first_mismatch(ident)
+            if field is not None:
+                reason = f"identity field '{field}' changed: KV cleared"
+                self._clear_live()
+        self._resident_identity = ident
+
+        n = _common_prefix(self._tokens, toks)
+        restored: str | None = None
+        best = self._best_branch(toks, ident)
+        if best is not None and best[1] > n:
+            branch, n = best
+            self._copy_seq(branch.seq_id, MAIN_SEQ)
+            self._tokens = list(branch.tokens)
+            branch.last_used = time.monotonic()
+            restored = branch.name
+        # A fully cached prompt still needs logits for its last token: re-decode that one.
+        n = min(n, len(toks) - 1)
+
+        if 0 < n < len(self._tokens) and not self.profile.swa_full and self._model.n_swa > 0:
+            pos_min = int(llama_cpp.llama_memory_seq_pos_min(self._mem, MAIN_SEQ))
+            needed = max(0, n - self._model.n_swa)
+            if pos_min > needed:
+                reason = (
+                    f"sliding window: rollback to {n} needs position {needed}, but positions "
+                    f"below {pos_min} are gone (swa_full = false)"
+                )
+                n = 0
+        if n < len(self._tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, n, -1):
+                reason = reason or "the cache cannot remove a partial sequence"
+                n = 0
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+            del self._tokens[n:]
+        return n, reason, restored
+
+    def reset(self) -> None:
+        """Forget everything resident (live sequence and parked branches): a cold session."""
+        with self._exclusive("reset"):
+            for name in list(self._branches):
+                self.branch_drop(name)
+            if self._mem is not None:
+                llama_cpp.llama_memory_clear(self._mem, True)
+            self._tokens = []
+            self._resident_identity = None
+            self._logits_ready = False
+
+    def _clear_live(self) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+        self._tokens = []
+
+    def _fill_batch(self, chunk: Sequence[int], pos: int, logits_last: bool) -> None:
+        b = self._batch
+        b.n_tokens = len(chunk)
+        for i, tok in enumerate(chunk):
+            b.token[i] = tok
+            b.pos[i] = pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = MAIN_SEQ
+            b.logits[i] = 0
+        if logits_last:
+            b.logits[len(chunk) - 1] = 1
+
+    def _decode_suffix(self, suffix: Sequence[int], pos: int) -> None:
+        for start in range(0, len(suffix), self._n_batch):
+            if self._cancel.is_set():
+                raise CancelledError(
+                    "prefill cancelled", committed_tokens=len(self._tokens), stage="prefill"
+                )
+            chunk = suffix[start : start + self._n_batch]
+            last = start + self._n_batch >= len(suffix)
+            self._decode_chunk(chunk, pos, logits_last=last, stage="prefill")
+            self._tokens.extend(chunk)
+            pos += len(chunk)
+
+    def _decode_chunk(
+        self, chunk: Sequence[int], pos: int, *, logits_last: bool, stage: str
+    ) -> None:
+        """Run one batch; on failure roll back to the committed tokens and raise its error."""
+        while True:
+            self._fill_batch(chunk, pos, logits_last)
+            status = int(self._decode_fn(self._ctx, self._batch))
+            if status == 0:
+                return
+            if status == 1 and self._drop_lru_branch():
+                continue  # parked branches held the cells; the live sequence comes first
+            self._on_decode_failure(status, stage)
+
+    def _on_decode_failure(self, status: int, stage: str) -> None:
+        committed = len(self._tokens)
+        data = {"status": status, "committed_tokens": committed, "stage": stage}
+        if status < -1:
+            self._go_fatal(f"llama_decode returned {status}")
+            raise DecodeFatalError(
+                f"llama_decode failed fatally ({status}); the context will be rebuilt", **data
+            )
+        # Partial micro-batches may remain in KV (status 2): cut back to what we committed.
+        llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, committed, -1)
+        if status == 2:
+            raise CancelledError(f"{stage} cancelled", **data)
+        if status == 1:
+            raise NoKvSlotError("no free KV slot for the batch (context full)", **data)
+        if status == -1:
+            raise InvalidBatchError("llama_decode rejected the batch as invalid", **data)
+        raise DecodeFailedError(f"llama_decode returned unknown status {status}", **data)
+
+    def _go_fatal(self, reason: str) -> None:
+        if self._ctx is not None:
+            llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+        self._mem = None
+        self._tokens = []
+        self._resident_identity = None
+        self._branches.clear()
+        self._logits_ready = False
+        self._fatal_reason = reason
+
+    # ----------------------------------------------------------------- generation
+
+    def stream(self, max_tokens: int = 256) -> Generator[str, None, GenerateResult]:
+        """Yield text pieces as tokens are decoded; returns the ``GenerateResult``.
+
+        ``generate`` runs this same loop; both stop within one token of ``cancel()``.
+        """
+        with self._exclusive("stream"):
+            if self._ctx is None or not self._logits_ready:
+                raise InvalidSessionStateError(
+                    "generate/stream needs a successful prefill() first", resident=len(self._tokens)
+                )
+            self._logits_ready = False  # the logits are consumed by this generation
+            if max_tokens < 1:
+                raise InvalidBatchError("max_tokens must be >= 1", max_tokens=max_tokens)
+            sampler = self._sampler
+            llama_cpp.llama_sampler_reset(sampler)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            out_tokens: list[int] = []
+            pieces: list[str] = []
+            ttft_ms = 0.0
+            t_first = 0.0
+            finish = "length"
+            for i in range(max_tokens):
+                if self._cancel.is_set():
+                    raise CancelledError(
+                        "decode cancelled", stage="decode", decoded_tokens=len(out_tokens)
+                    )
+                tok = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, -1))
+                if i == 0:
+                    t_first = time.perf_counter()
+                    ttft_ms = (t_first - self._prefill_started) * 1000.0
+                if llama_cpp.llama_vocab_is_eog(self._model.vocab, tok):
+                    finish = "stop"
+                    break
+                out_tokens.append(tok)
+                piece = decoder.decode(self.token_piece(tok))
+                if piece:
+                    pieces.append(piece)
+                    yield piece
+                if i == max_tokens - 1:
+                    break  # no logits needed after the last token
+                if len(self._tokens) >= self.n_ctx:
+                    finish = "context_full"
+                    break
+                self._decode_chunk([tok], len(self._tokens), logits_last=True, stage="decode")
+                self._tokens.append(tok)
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                pieces.append(tail)
+                yield tail
+            decode_ms = (time.perf_counter() - t_first) * 1000.0 if t_first else 0.0
+            n = len(out_tokens)
+            result = GenerateResult(
+                tokens=out_tokens,
+                text="".join(pieces),
+                ttft_ms=ttft_ms,
+                decode_tokens=n,
+                decode_ms=decode_ms,
+                # The first token comes from the prefill's logits; the rest cost a decode each.
+                decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
+                finish_reason=finish,
+            )
+            self.metrics.last_generate = result
+            self.metrics.decode_tokens_total += n
+            return result
+
+    def generate(self, max_tokens: int = 256) -> GenerateResult:
+        it = self.stream(max_tokens=max_tokens)
+        while True:
+            try:
+                next(it)
+            except StopIteration as stop:
+                result: GenerateResult = stop.value
+                return result
+
+    # ----------------------------------------------------------------- snapshots
+
+    def save_snapshot(self, path: str | Path) -> SnapshotResult:
+        """Write the live sequence's KV state with its identity, tokens and a checksum."""
+        with self._exclusive("save_snapshot"):
+            if self._ctx is None or not self._tokens or self._resident_identity is None:
+                raise InvalidSessionStateError(
+                    "nothing resident to snapshot", resident=len(self._tokens)
+                )
+            t0 = time.perf_counter()
+            size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
+            buf = (ctypes.c_uint8 * size)()
+            n = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, MAIN_SEQ))
+            payload = SnapshotPayload(
+                identity=self._resident_identity,
+                tokens=list(self._tokens),
+                state=bytes(buf[:n]),
+                meta={"backend": self.backend, "model": self._model.description},
+            )
+            nbytes = write_snapshot(Path(path), payload)
+            result = SnapshotResult(
+                path=str(path), tokens=len(self._tokens), bytes=nbytes, ms=_ms(t0)
+            )
+            self.metrics.last_snapshot_save = result
+            return result
+
+    def load_snapshot(self, path: str | Path) -> SnapshotResult:
+        """Restore a snapshot into the live sequence.
+
+        Checksum, header and identity are verified before the context is touched; the state is
+        loaded into a spare sequence first, so a rejected state leaves the live one as it was.
+        """
+        with self._exclusive("load_snapshot"):
+            t0 = time.perf_counter()
+            payload = read_snapshot(Path(path))
+            field = payload.identity.first_mismatch(self.identity)
+            if field is not None:
+                raise SnapshotIncompatibleError(
+                    f"snapshot {path} was made under another '{field}'",
+                    path=str(path),
+                    field=field,
+                    snapshot=getattr(payload.identity, field),
+                    session=getattr(self.identity, field),
+                )
+            if not payload.tokens or len(payload.tokens) > self.n_ctx:
+                raise SnapshotIncompatibleError(
+                    f"snapshot {path} holds {len(payload.tokens)} tokens; context is {self.n_ctx}",
+                    path=str(path),
+                    field="n_tokens",
+                )
+            self._ensure_context()
+            spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ
+            if spare is None:
+                self._drop_lru_branch()
+                spare = self._free_seq()
+            target = spare if spare is not None else MAIN_SEQ
+            arr = (ctypes.c_uint8 * len(payload.state)).from_buffer_copy(payload.state)
+            llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
+            read = int(
+                llama_cpp.llama_state_seq_set_data(self._ctx, arr, len(payload.state), target)
+            )
+            if read == 0:
+                llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
+                if target == MAIN_SEQ:
+                    self._tokens = []
+                raise SnapshotCorruptError(
+                    f"llama.cpp rejected the state in {path}",
+                    path=str(path),
+                    reason="state rejected",
+                )
+            if target != MAIN_SEQ:
+                self._copy_seq(target, MAIN_SEQ)
+                llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
+            self._tokens = list(payload.tokens)
+            self._resident_identity = payload.identity
+            self._logits_ready = False
+            result = SnapshotResult(
+                path=str(path), tokens=len(payload.tokens), bytes=len(payload.state), ms=_ms(t0)
+            )
+            self.metrics.last_snapshot_load = result
+            return result
+
+    # ----------------------------------------------------------------- branches
+
+    def _copy_seq(self, src: int, dst: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+
+    def _free_seq(self) -> int | None:
+        used = {b.seq_id for b in self._branches.values()}
+        return next((s for s in range(1, self._n_seq_max) if s not in used), None)
+
+    def _drop_lru_branch(self) -> bool:
+        if not self._branches:
+            return False
+        victim = min(self._branches.values(), key=lambda b: b.last_used)
+        log.info("dropping parked branch %r to free KV cells", victim.name)
+        self.branch_drop(victim.name)
+        return True
+
+    def _best_branch(
+        self, toks: Sequence[int], ident: ContextIdentity
+    ) -> tuple[_Branch, int] | None:
+        best: tuple[_Branch, int] | None = None
+        for b in sorted(self._branches.values(), key=lambda b: b.name):
+            if b.identity != ident:
+                continue
+            n = _common_prefix(b.tokens, toks)
+            if best is None or n > best[1]:
+                best = (b, n)
+        return best
+
+    def branch_save(self, name: str) -> BranchInfo:
+        """Park a copy of the live prefix under ``name`` (cells are shared, not duplicated).
+
+        ``prefill`` restores a parked branch automatically when it shares a longer prefix with
+        the new prompt than the live sequence does. With all slots taken, the least recently
+        used branch is replaced.
+        """
+        if self._n_seq_max < 2:
+            from engine.errors import UnsupportedCapabilityError
+
+            raise UnsupportedCapabilityError(
+                "branches need context.n_seq_max >= 2", capability="branches"
+            )
+        if self._ctx is None or not self._tokens or self._resident_identity is None:
+            raise InvalidSessionStateError("nothing resident to branch", resident=len(self._tokens))
+        existing = self._branches.get(name)
+        seq = existing.seq_id if existing else self._free_seq()
+        if seq is None:
+            self._drop_lru_branch()
+            seq = self._free_seq()
+        assert seq is not None
+        self._copy_seq(MAIN_SEQ, seq)
+        branch = _Branch(name, seq, list(self._tokens), self._resident_identity, time.monotonic())
+        self._branches[name] = branch
+        return BranchInfo(name=name, seq_id=seq, tokens=len(branch.tokens))
+
+    def branch_restore(self, name: str) -> BranchInfo:
+        branch = self._branches.get(name)
+        if branch is None:
+            raise InvalidSessionStateError(f"no parked branch named {name!r}", branch=name)
+        self._copy_seq(branch.seq_id, MAIN_SEQ)
+        self._tokens = list(branch.tokens)
+        self._resident_identity = branch.identity
+        self._logits_ready = False
+        branch.last_used = time.monotonic()
+        return BranchInfo(name=name, seq_id=branch.seq_id, tokens=len(branch.tokens))
+
+    def branch_drop(self, name: str) -> None:
+        branch = self._branches.pop(name, None)
+        if branch is not None and self._mem is not None:
+            llama_cpp.llama_memory_seq_rm(self._mem, branch.seq_id, -1, -1)
+
+    def branches(self) -> list[BranchInfo]:
+        return [
+            BranchInfo(name=b.name, seq_id=b.seq_id, tokens=len(b.tokens))
+            for b in sorted(self._branches.values(), key=lambda b: b.seq_id)
+        ]
+
+
+__all__ = ["EngineError", "LlamaSession"]

@@ -1,0 +1,437 @@
+"""Profiles: explicit, strictly validated runtime configuration.
+
+A profile is a TOML file of sections (``[model]``, ``[context]``, ``[sampler]``, ``[prompt]``,
+``[cache]``). Every key is declared in ``FIELDS`` with its type, allowed values and default;
+an unknown key or a bad value is a ``ProfileError`` naming the file, the key and what is allowed.
+The built-in default serves the embedded Gemma 3 270M with no file at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ProfileError
+
+EMBEDDED_MODEL = "embedded:gemma3-270m"
+
+PROMPT_FORMATS = ("raw", "chatml", "gemma", "llama3")
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+FLASH_ATTN = ("auto", "on", "off")
+ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
+BOS_POLICIES = ("add", "none")
+BACKENDS = ("llama", "openvino")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    section: str
+    key: str
+    default: Any
+    check: Callable[[Any], bool]
+    allowed: str
+    doc: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def _int_range(lo: int, hi: int | None = None) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        return (
+            isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+        )
+
+    return check
+
+
+def _float_range(lo: float, hi: float | None = None) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        return (
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and v >= lo
+            and (hi is None or v <= hi)
+        )
+
+    return check
+
+
+def _one_of(*values: Any) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and v in values
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _float_list(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in v
+    )
+
+
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("profile", "name", "gemma3-270m-cpu", _is_str, "a string", "profile name"),
+    FieldSpec(
+        "profile", "backend", "llama", _one_of(*BACKENDS), " | ".join(BACKENDS), "engine backend"
+    ),
+    FieldSpec(
+        "model",
+        "path",
+        EMBEDDED_MODEL,
+        _is_str,
+        f"a GGUF file path or '{EMBEDDED_MODEL}'",
+        "model weights",
+    ),
+    FieldSpec("context", "n_ctx", 8192, _int_range(64), "an integer >= 64", "context positions"),
+    FieldSpec(
+        "context", "n_batch", 512, _int_range(1), "an integer >= 1", "logical batch (prefill chunk)"
+    ),
+    FieldSpec("context", "n_ubatch", 512, _int_range(1), "an integer >= 1", "physical micro-batch"),
+    FieldSpec(
+        "context",
+        "n_threads",
+        0,
+        _int_range(0),
+        "an integer >= 0 (0 = all cores)",
+        "decode threads",
+    ),
+    FieldSpec(
+        "context",
+        "n_threads_batch",
+        0,
+        _int_range(0),
+        "an integer >= 0 (0 = all cores)",
+        "prefill threads",
+    ),
+    FieldSpec(
+        "context",
+        "n_gpu_layers",
+        0,
+        _int_range(-1),
+        "an integer >= -1 (-1 = all)",
+        "offloaded layers",
+    ),
+    FieldSpec(
+        "context", "tensor_split", [], _float_list, "a list of non-negative numbers", "GPU split"
+    ),
+    # Off by default: llama.cpp's CPU flash-attention kernel gives results that depend on how a
+    # prompt is split into batches (measured: logits differ by up to 1.5 between a 400+12 and a
+    # 412-token prefill), which breaks the warm == cold greedy gate of prefix reuse.
+    FieldSpec(
+        "context",
+        "flash_attn",
+        "off",
+        _one_of(*FLASH_ATTN),
+        " | ".join(FLASH_ATTN),
+        "flash attention",
+    ),
+    FieldSpec(
+        "context", "type_k", "f16", _one_of(*KV_TYPES), " | ".join(KV_TYPES), "KV cache type of K"
+    ),
+    FieldSpec(
+        "context", "type_v", "f16", _one_of(*KV_TYPES), " | ".join(KV_TYPES), "KV cache type of V"
+    ),
+    FieldSpec(
+        "context",
+        "rope_scaling_type",
+        "unspecified",
+        _one_of(*ROPE_SCALING),
+        " | ".join(ROPE_SCALING),
+        "RoPE scaling",
+    ),
+    FieldSpec(
+        "context",
+        "rope_freq_base",
+        0.0,
+        _float_range(0.0),
+        "a number >= 0 (0 = from the model)",
+        "RoPE base frequency",
+    ),
+    FieldSpec(
+        "context",
+        "rope_freq_scale",
+        0.0,
+        _float_range(0.0),
+        "a number >= 0 (0 = from the model)",
+        "RoPE frequency scale",
+    ),
+    FieldSpec(
+        "context",
+        "swa_full",
+        True,
+        _is_bool,
+        "true | false",
+        "full-size sliding-window cache: every position stays reusable (Gemma 3 needs it)",
+    ),
+    FieldSpec(
+        "context",
+        "n_seq_max",
+        4,
+        _int_range(1, 64),
+        "an integer 1..64",
+        "sequences: 1 live + (n_seq_max - 1) parked branches sharing the n_ctx cells",
+    ),
+    FieldSpec(
+        "context", "seed", 42, _int_range(0, 2**32 - 1), "an integer 0..4294967295", "sampler seed"
+    ),
+    FieldSpec(
+        "sampler",
+        "temperature",
+        0.0,
+        _float_range(0.0, 5.0),
+        "a number 0..5 (0 = greedy)",
+        "temperature",
+    ),
+    FieldSpec("sampler", "top_k", 40, _int_range(0), "an integer >= 0 (0 = off)", "top-k"),
+    FieldSpec("sampler", "top_p", 0.95, _float_range(0.0, 1.0), "a number 0..1", "nucleus"),
+    FieldSpec("sampler", "min_p", 0.05, _float_range(0.0, 1.0), "a number 0..1", "min-p"),
+    FieldSpec(
+        "sampler",
+        "repeat_penalty",
+        1.0,
+        lambda v: _float_range(0.0, 10.0)(v) and v > 0,
+        "a number > 0 and <= 10 (1 = off)",
+        "repetition penalty",
+    ),
+    FieldSpec(
+        "prompt",
+        "format",
+        "gemma",
+        _one_of(*PROMPT_FORMATS),
+        " | ".join(PROMPT_FORMATS),
+        "prompt format",
+    ),
+    FieldSpec(
+        "prompt", "bos", "add", _one_of(*BOS_POLICIES), " | ".join(BOS_POLICIES), "BOS policy"
+    ),
+    FieldSpec(
+        "prompt",
+        "template_digest",
+        "",
+        _is_str,
+        "empty, or the sha256 the model's chat template must have",
+        "pinned chat template digest",
+    ),
+    FieldSpec(
+        "cache", "block_size", 1, _int_range(1, 4096), "an integer 1..4096", "cache block size"
+    ),
+    FieldSpec(
+        "cache",
+        "snapshot_dir",
+        "",
+        _is_str,
+        "a directory path (empty = the user cache dir)",
+        "stable-prefix snapshot directory",
+    ),
+    FieldSpec(
+        "cache",
+        "snapshot_budget_bytes",
+        1 << 30,
+        _int_range(0),
+        "an integer >= 0",
+        "disk budget for snapshots",
+    ),
+)
+
+_BY_SECTION: dict[str, dict[str, FieldSpec]] = {}
+for _spec in FIELDS:
+    _BY_SECTION.setdefault(_spec.section, {})[_spec.key] = _spec
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The effective profile: every value plus where it came from ("default", a file, "cli")."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]
+    path: str | None = None
+    base_dir: str = field(default=".")
+
+    def get(self, name: str) -> Any:
+        return self.values[name]
+
+    # Convenience accessors for the values code reads most.
+    @property
+    def name(self) -> str:
+        return str(self.values["profile.name"])
+
+    @property
+    def backend(self) -> str:
+        return str(self.values["profile.backend"])
+
+    @property
+    def model(self) -> str:
+        return str(self.values["model.path"])
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.values["context.n_ctx"])
+
+    @property
+    def n_batch(self) -> int:
+        return int(self.values["context.n_batch"])
+
+    @property
+    def prompt_format(self) -> str:
+        return str(self.values["prompt.format"])
+
+    @property
+    def bos_policy(self) -> str:
+        return str(self.values["prompt.bos"])
+
+    @property
+    def block_size(self) -> int:
+        return int(self.values["cache.block_size"])
+
+    @property
+    def swa_full(self) -> bool:
+        return bool(self.values["context.swa_full"])
+
+    @property
+    def profile_id(self) -> str:
+        """Name plus a digest of every value: any profile change invalidates cache manifests."""
+        blob = json.dumps(dict(self.values), sort_keys=True, separators=(",", ":"))
+        return f"{self.name}@{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+    def resolve_path(self, value: str) -> Path:
+        """Paths in a profile file are relative to that file's folder."""
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def with_overrides(self, overrides: Mapping[str, Any], source: str = "cli") -> Profile:
+        """A copy with ``section.key`` values replaced, validated like file values."""
+        values = dict(self.values)
+        sources = dict(self.sources)
+        for name, value in overrides.items():
+            spec = _spec_for(name, where=source)
+            _check(spec, value, where=source)
+            values[name] = _normalize(spec, value)
+            sources[name] = source
+        _check_cross_field(values, where=source)
+        return Profile(values=values, sources=sources, path=self.path, base_dir=self.base_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile_id": self.profile_id,
+            "path": self.path,
+            "values": {k: self.values[k] for k in sorted(self.values)},
+            "sources": {k: self.sources[k] for k in sorted(self.sources)},
+        }
+
+    def describe(self) -> str:
+        """Human-readable table: one line per value with its source."""
+        lines = [
+            f"profile {self.profile_id}" + (f"  ({self.path})" if self.path else "  (built-in)")
+        ]
+        width = max(len(s.name) for s in FIELDS)
+        for spec in FIELDS:
+            value = json.dumps(self.values[spec.name])
+            lines.append(f"  {spec.name:<{width}}  {value:<28} {self.sources[spec.name]}")
+        return "\n".join(lines)
+
+
+def _spec_for(name: str, where: str) -> FieldSpec:
+    section, _, key = name.partition(".")
+    spec = _BY_SECTION.get(section, {}).get(key)
+    if spec is None:
+        known = ", ".join(s.name for s in FIELDS)
+        raise ProfileError(
+            f"{where}: unknown key '{name}' (known keys: {known})", key=name, file=where
+        )
+    return spec
+
+
+def _normalize(spec: FieldSpec, value: Any) -> Any:
+    if isinstance(spec.default, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(value, list):
+        return [float(x) for x in value]
+    return value
+
+
+def _check(spec: FieldSpec, value: Any, where: str) -> None:
+    if not spec.check(value):
+        raise ProfileError(
+            f"{where}: invalid value {value!r} for '{spec.name}' (allowed: {spec.allowed})",
+            key=spec.name,
+            file=where,
+            allowed=spec.allowed,
+            value=repr(value),
+        )
+
+
+def _check_cross_field(values: Mapping[str, Any], where: str) -> None:
+    if values["context.n_ubatch"] > values["context.n_batch"]:
+        raise ProfileError(
+            f"{where}: 'context.n_ubatch' ({values['context.n_ubatch']}) must not exceed "
+            f"'context.n_batch' ({values['context.n_batch']})",
+            key="context.n_ubatch",
+            file=where,
+            allowed="an integer <= context.n_batch",
+        )
+    if values["context.n_batch"] > values["context.n_ctx"]:
+        raise ProfileError(
+            f"{where}: 'context.n_batch' ({values['context.n_batch']}) must not exceed "
+            f"'context.n_ctx' ({values['context.n_ctx']})",
+            key="context.n_batch",
+            file=where,
+            allowed="an integer <= context.n_ctx",
+        )
+
+
+def default_profile() -> Profile:
+    values = {s.name: s.default for s in FIELDS}
+    return Profile(values=values, sources={s.name: "default" for s in FIELDS})
+
+
+def load_profile(path: str | os.PathLike[str] | None) -> Profile:
+    """Load and strictly validate a profile file; ``None`` gives the built-in default."""
+    base = default_profile()
+    if path is None:
+        return base
+    p = Path(path)
+    where = str(p)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(f"{where}: profile file not found", file=where) from None
+    except OSError as exc:
+        raise ProfileError(f"{where}: cannot read profile: {exc}", file=where) from None
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{where}: not valid TOML: {exc}", file=where) from None
+
+    values = dict(base.values)
+    sources = dict(base.sources)
+    for section, table in doc.items():
+        if section not in _BY_SECTION:
+            raise ProfileError(
+                f"{where}: unknown section '[{section}]' (known: {', '.join(_BY_SECTION)})",
+                key=section,
+                file=where,
+            )
+        if not isinstance(table, dict):
+            raise ProfileError(
+                f"{where}: '{section}' must be a table ([{section}])", key=section, file=where
+            )
+        for key, value in table.items():
+            spec = _spec_for(f"{section}.{key}", where)
+            _check(spec, value, where)
+            values[spec.name] = _normalize(spec, value)
+            sources[spec.name] = where
+    _check_cross_field(values, where)
+    return Profile(values=values, sources=sources, path=where, base_dir=str(p.resolve().parent))

@@ -1,0 +1,72 @@
+"""Metrics returned by every engine call (the engine boundary's instrumentation)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    reused_tokens: int
+    new_tokens: int
+    prefill_ms: float
+    total_tokens: int
+    # Why fewer tokens were reused than the common prefix allowed (None: nothing was lost).
+    miss_reason: str | None = None
+    # A parked branch the prefix was restored from, if any.
+    restored_branch: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    tokens: list[int]
+    text: str
+    # From the start of the prefill that prepared this generation to the first sampled token.
+    ttft_ms: float
+    decode_tokens: int
+    decode_ms: float
+    decode_tok_s: float
+    finish_reason: str  # "stop" (end of generation token), "length", "context_full"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    path: str
+    tokens: int
+    bytes: int
+    ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    name: str
+    seq_id: int
+    tokens: int
+
+
+@dataclass
+class SessionMetrics:
+    """Running totals and the last call's figures; read by status views and benchmarks."""
+
+    last_prefill: PrefillResult | None = None
+    last_generate: GenerateResult | None = None
+    last_snapshot_save: SnapshotResult | None = None
+    last_snapshot_load: SnapshotResult | None = None
+    prefill_calls: int = 0
+    reused_tokens_total: int = 0
+    new_tokens_total: int = 0
+    decode_tokens_total: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
