@@ -28,11 +28,15 @@ def _setup_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))
+    # llama.cpp warns about benign model quirks on every load: only debug shows its chatter.
+    logging.getLogger("contenox.llama_cpp").setLevel(
+        logging.DEBUG if level == "debug" else logging.ERROR
+    )
 
 
 def _add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
     # Subcommands repeat the options but must not overwrite values given before the command.
-    keep = {} if top else {"default": argparse.SUPPRESS}
+    keep: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument(
         "--log-level",
         **({"default": "warning"} if top else keep),
@@ -43,6 +47,21 @@ def _add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
         "--profile", metavar="FILE", help="profile TOML (default: built-in embedded model)", **keep
     )
     p.add_argument("--model", metavar="GGUF", help="override the profile's model path", **keep)
+
+
+def _add_workspace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workspace", metavar="DIR", help="repository folder (default: the current one)"
+    )
+    p.add_argument("--file", metavar="F", help="the file the question is about (focus + cursor)")
+    p.add_argument("--line", type=int, metavar="N", help="1-based cursor line in --file")
+    p.add_argument(
+        "--map-tokens",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="repo-map token budget (default 1024; 0 = no map)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,10 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser(
-        "ask", help="answer a question on the warm session and print it (streamed)"
+        "ask", help="answer a question with the workspace as context (streamed to stdout)"
     )
     _add_common(ask)
     ask.add_argument("question", help="the question or prompt")
+    _add_workspace_args(ask)
     ask.add_argument("--max-tokens", type=int, default=128, help="tokens to generate (default 128)")
     ask.add_argument("--json", action="store_true", help="print the answer and metrics as JSON")
     ask.add_argument(
@@ -68,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="send the text as-is (no workspace context, no prompt format)",
     )
 
+    explain_p = sub.add_parser(
+        "explain-context", help="show the context segments and what is cached for this workspace"
+    )
+    _add_common(explain_p)
+    _add_workspace_args(explain_p)
+    explain_p.add_argument("--question", default="", help="the question of the user turn")
+    explain_p.add_argument("--max-tokens", type=int, default=128, help=argparse.SUPPRESS)
+    explain_p.add_argument("--json", action="store_true", help="ranges, hashes, classes, totals")
+
     prof = sub.add_parser("profile", help="inspect profiles")
     prof_sub = prof.add_subparsers(dest="profile_command", metavar="ACTION", required=True)
     show = prof_sub.add_parser(
@@ -75,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(show)
     show.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="measure the warm session against the baselines")
+    _add_common(bench)
+    bench.add_argument("--workspace", metavar="DIR", help="repository for the edit-trace replay")
+    bench.add_argument("--out", metavar="DIR", default="bench/out", help="report folder")
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
+    size.add_argument("--full", action="store_true", help="adds 8k and 16k suffix points")
 
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
@@ -113,12 +150,51 @@ def cmd_profile_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _turn_request(args: argparse.Namespace, root: Any, question: str) -> Any:
+    from contenox_lsp.workspace_session import TurnRequest, WorkspaceError, resolve_file
+
+    file = resolve_file(root, args.file)
+    if args.line is not None and (file is None or args.line < 1):
+        raise WorkspaceError("--line needs --file and must be >= 1", line=args.line)
+    return TurnRequest(question=question, file=file, line=args.line, max_tokens=args.max_tokens)
+
+
+def _emit(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from engine import open_session
 
     if args.max_tokens < 1:
         print("contenox-lsp: error: --max-tokens must be >= 1", file=sys.stderr)
         return EXIT_USAGE
+    if args.raw:
+        return _ask_raw(args)
+    from contenox_lsp.workspace_session import WorkspaceTurn, resolve_workspace
+
+    root = resolve_workspace(args.workspace)
+    turn = _turn_request(args, root, args.question)
+    with open_session(_load_profile(args)) as session:
+        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens)
+        outcome = ws.ask(turn, (lambda _p: None) if args.json else _emit)
+    if args.json:
+        print(json.dumps({"text": outcome.text, "metrics": outcome.metrics}, indent=2))
+    else:
+        sys.stdout.write("\n")
+        m = outcome.metrics
+        print(
+            f"[{m['reusedTokens']} of {m['totalTokens']} prompt tokens reused, "
+            f"ttft {m['ttftMs']:.0f} ms, {m['decodeTokensPerSecond']:.1f} tok/s]",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def _ask_raw(args: argparse.Namespace) -> int:
+    from engine import open_session
+
     profile = _load_profile(args)
     with open_session(profile) as session:
         tokens = session.tokenize(args.question, add_bos=profile.bos_policy == "add")
@@ -131,17 +207,47 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 gen = stop.value
                 break
             if not args.json:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+                _emit(piece)
     if args.json:
-        print(
-            json.dumps(
-                {"text": gen.text, "prefill": pre.to_dict(), "generate": gen.to_dict()}, indent=2
-            )
-        )
+        doc = {"text": gen.text, "prefill": pre.to_dict(), "generate": gen.to_dict()}
+        print(json.dumps(doc, indent=2))
     else:
         sys.stdout.write("\n")
     return EXIT_OK
+
+
+def cmd_explain_context(args: argparse.Namespace) -> int:
+    from contenox_lsp.workspace_session import WorkspaceTurn, resolve_workspace
+    from contextasm import format_explain_table
+    from engine import open_session
+
+    root = resolve_workspace(args.workspace)
+    turn = _turn_request(args, root, args.question)
+    with open_session(_load_profile(args)) as session:
+        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens)
+        asm, exp, source = ws.explain(turn)
+        identity = session.identity
+    if args.json:
+        doc = {
+            "workspace": str(root),
+            "profileId": identity.profile_id,
+            "backend": identity.backend,
+            "nCtx": identity.n_ctx,
+            "cachedFrom": source,
+            "userStart": asm.user_start,
+            "stableEnd": asm.stable_end,
+            **exp.to_dict(),
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_explain_table(exp.rows, exp.totals))
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from contenox_lsp.benchmark import run_bench
+
+    return run_bench(args)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -166,10 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "ask":
             return cmd_ask(args)
+        if args.command == "explain-context":
+            return cmd_explain_context(args)
         if args.command == "profile":
             return cmd_profile_show(args)
         if args.command == "serve":
             return cmd_serve(args)
+        if args.command == "bench":
+            return cmd_bench(args)
     except EngineError as exc:
         _print_error(exc, getattr(args, "json", False))
         return EXIT_ERROR

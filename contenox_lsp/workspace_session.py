@@ -1,0 +1,261 @@
+"""A workspace-aware turn for the command line: assemble, restore, prefill the rest, answer.
+
+The CLI's ``ask`` and ``explain-context`` run in a fresh process each time, so what stays warm
+between runs is the on-disk snapshot of the stable prefix (segments A–F) in a per-workspace
+``contextasm.SnapshotStore``. ``ask`` restores the best compatible snapshot, prefills only the
+rest of the prompt, streams the answer and stores the stable prefix for the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contextasm import (
+    Assembly,
+    Explanation,
+    RepoMap,
+    SnapshotEntry,
+    SnapshotStore,
+    assemble,
+    explain,
+    gather_inputs,
+)
+from engine import EngineError, Profile, Session
+from engine.model_files import cache_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAP_TOKENS = 1024
+DEFAULT_MAX_TOKENS = 128
+
+
+class WorkspaceError(EngineError):
+    """Bad CLI input about the workspace (missing folder, file outside it)."""
+
+    code = "invalid_params"
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    question: str
+    file: Path | None = None
+    line: int | None = None  # 1-based
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class AskOutcome:
+    text: str
+    metrics: dict[str, Any]
+
+
+def resolve_workspace(workspace: str | None) -> Path:
+    root = Path(workspace or ".").resolve()
+    if not root.is_dir():
+        raise WorkspaceError(f"workspace is not a folder: {root}", workspace=str(root))
+    return root
+
+
+def resolve_file(root: Path, file: str | None) -> Path | None:
+    """A file given on the command line, which must lie inside the workspace (after symlinks)."""
+    if file is None:
+        return None
+    p = Path(file)
+    path = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    if root != path and root not in path.parents:
+        raise WorkspaceError(f"{file} is outside the workspace {root}", file=str(path))
+    if not path.is_file():
+        raise WorkspaceError(f"no such file: {path}", file=str(path))
+    return path
+
+
+def snapshot_store(profile: Profile, root: Path) -> SnapshotStore:
+    """One store per workspace, under the profile's snapshot dir or the user cache dir."""
+    configured = str(profile.get("cache.snapshot_dir"))
+    base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
+    ws = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
+
+
+def _discard(_result: object) -> None:
+    """The store's writer returns nothing; the engine's save returns its metrics."""
+
+
+class WorkspaceTurn:
+    """Builds the assembly for one workspace and runs turns on an open engine session."""
+
+    def __init__(
+        self,
+        root: Path,
+        session: Session,
+        *,
+        map_tokens: int = DEFAULT_MAP_TOKENS,
+        store: SnapshotStore | None = None,
+    ) -> None:
+        from repo_index import RepoIndex
+
+        self.root = root
+        self.session = session
+        self.map_tokens = map_tokens
+        self.store = store or snapshot_store(session.profile, root)
+        # Under contenox's cache dir so that $CONTENOX_CACHE_DIR moves every cache at once.
+        self.index = RepoIndex([root], cache_dir=cache_dir() / "repo-index")
+        self.index.build()
+
+    # ------------------------------------------------------------------ assembly
+
+    def _repo_map(self, focus: list[str]) -> RepoMap | None:
+        if self.map_tokens <= 0:
+            return None
+
+        def count(text: str) -> int:
+            return len(self.session.tokenize(text, special=False))
+
+        def render(budget: int) -> tuple[str, str]:
+            m = self.index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
+            return m.text, m.digest
+
+        text, digest = render(self.map_tokens)
+        return RepoMap(text=text, digest=digest, render=render) if text.strip() else None
+
+    def assemble(self, turn: TurnRequest) -> Assembly:
+        # The map is focused on the file only, never on the question: the stable prefix must
+        # not change from one question to the next.
+        focus = [str(turn.file)] if turn.file else []
+        inputs = gather_inputs(
+            self.root,
+            turn.question,
+            file_path=str(turn.file) if turn.file else None,
+            line=turn.line,
+            repo_map=self._repo_map(focus),
+        )
+        return assemble(inputs, self.session, self.session.identity, max_new_tokens=turn.max_tokens)
+
+    # ------------------------------------------------------------------ state
+
+    def _best_snapshot(self, asm: Assembly) -> SnapshotEntry | None:
+        return self.store.find_best(self.session.identity, asm, touch=False)
+
+    def cached_tokens(self, asm: Assembly) -> tuple[int, str]:
+        """Tokens of ``asm`` available without prefill: resident KV or the best snapshot."""
+        live, _ = asm.reuse_against_resident(
+            self.session.resident_tokens, self.session.resident_identity
+        )
+        snap = self._best_snapshot(asm)
+        if snap is not None and snap.key.n_tokens > live:
+            return snap.key.n_tokens, "snapshot"
+        return live, "resident" if live else "none"
+
+    def _rates_path(self) -> Path:
+        return self.store.directory / "rates.json"
+
+    def measured_rate(self) -> float | None:
+        try:
+            data = json.loads(self._rates_path().read_text("utf-8"))
+            return float(data[self.session.identity.digest()])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _record_rate(self, tokens: int, ms: float) -> None:
+        if tokens < 64 or ms <= 0:
+            return  # too small to say anything about throughput
+        path = self._rates_path()
+        try:
+            data = json.loads(path.read_text("utf-8")) if path.exists() else {}
+            data[self.session.identity.digest()] = tokens / (ms / 1000.0)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data), "utf-8")
+            os.replace(tmp, path)
+        except (OSError, ValueError) as exc:
+            log.info("cannot record the prefill rate: %s", exc)
+
+    # ------------------------------------------------------------------ turns
+
+    def explain(self, turn: TurnRequest) -> tuple[Assembly, Explanation, str]:
+        asm = self.assemble(turn)
+        cached, source = self.cached_tokens(asm)
+        exp = explain(
+            asm,
+            cached,
+            evicted=self.store.evicted_prefix_hashes(),
+            prefill_tokens_per_s=self.measured_rate(),
+        )
+        return asm, exp, source
+
+    def ask(self, turn: TurnRequest, on_piece: Callable[[str], None]) -> AskOutcome:
+        s = self.session
+        t0 = time.perf_counter()
+        asm = self.assemble(turn)
+        assembly_ms = (time.perf_counter() - t0) * 1000.0
+
+        t_work = time.perf_counter()
+        live, _ = asm.reuse_against_resident(s.resident_tokens, s.resident_identity)
+        restored = 0
+        snap = self.store.find_best(s.identity, asm)
+        if snap is not None and snap.key.n_tokens > live:
+            try:
+                s.load_snapshot(snap.path)
+                restored = snap.key.n_tokens
+            except EngineError as exc:  # a bad file costs a cold prefill, never the answer
+                log.warning("ignoring snapshot %s: %s", snap.path, exc)
+                self.store.remove(snap.key)
+
+        stable_key = asm.prefix_key(asm.stable_end)
+        stable_saved = False
+        new_tokens = 0
+        prefill_ms = 0.0
+        if asm.stable_end > 0 and self.store.get(stable_key) is None:
+            # Prefill the stable prefix alone first so its snapshot holds exactly A–F.
+            r = s.prefill(asm.tokens[: asm.stable_end])
+            new_tokens += r.new_tokens
+            prefill_ms += r.prefill_ms
+            stable_saved = (
+                self.store.put(
+                    stable_key,
+                    asm.prefix_class(asm.stable_end),
+                    lambda path: _discard(s.save_snapshot(path)),
+                    label="stable prefix A-F",
+                )
+                is not None
+            )
+        r = s.prefill(asm.tokens)
+        new_tokens += r.new_tokens
+        prefill_ms += r.prefill_ms
+        self._record_rate(new_tokens, prefill_ms)
+        t_decode = time.perf_counter()
+
+        stream = s.stream(max_tokens=turn.max_tokens)
+        while True:
+            try:
+                on_piece(next(stream))
+            except StopIteration as stop:
+                gen = stop.value
+                break
+        ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
+        metrics = {
+            "totalTokens": asm.n_tokens,
+            "reusedTokens": asm.n_tokens - new_tokens,
+            "newTokens": new_tokens,
+            "restoredFromSnapshot": restored,
+            "stableTokens": asm.stable_end,
+            "stableSnapshotSaved": stable_saved,
+            "assemblyMs": assembly_ms,
+            "prefillMs": prefill_ms,
+            "ttftMs": ttft_ms,
+            "decodeTokens": gen.decode_tokens,
+            "decodeTokensPerSecond": gen.decode_tok_s,
+            "finishReason": gen.finish_reason,
+            "segments": [
+                {"kind": seg.kind.letter, "label": seg.label, "tokens": len(seg.tokens)}
+                for seg in asm.segments
+            ],
+        }
+        return AskOutcome(text=gen.text, metrics=metrics)

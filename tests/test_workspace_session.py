@@ -1,0 +1,228 @@
+"""Workspace-aware turns on a real repository copy, the real index and the real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contenox_lsp.workspace_session import TurnRequest, WorkspaceTurn
+from contextasm import SegmentKind, SnapshotStore
+
+N_GEN = 12
+
+
+def _git(root: Path, *args: str) -> None:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
+
+
+def make_repo(dest: Path) -> Path:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    shutil.copytree(stdlib / "json", dest / "json", ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "AGENTS.md").write_text("Keep answers short. Python 3.11.\n", "utf-8")
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-qm", "init")
+    return dest
+
+
+@pytest.fixture()
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CONTENOX_CACHE_DIR", str(tmp_path / "cache"))
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture()
+def ws(repo: Path, tmp_path: Path, llama_session: Any) -> Iterator[WorkspaceTurn]:
+    store = SnapshotStore(tmp_path / "snaps", 1 << 30)
+    yield WorkspaceTurn(repo, llama_session, map_tokens=256, store=store)
+
+
+def greedy_after(session: Any, tokens: list[int]) -> tuple[int, list[int]]:
+    r = session.prefill(tokens)
+    return r.reused_tokens, session.generate(max_tokens=N_GEN).tokens
+
+
+def cold(session: Any, tokens: list[int]) -> list[int]:
+    session.reset()
+    return greedy_after(session, tokens)[1]
+
+
+def edit_file(path: Path, old: str, new: str) -> str:
+    text = path.read_text("utf-8")
+    assert old in text
+    text = text.replace(old, new, 1)
+    path.write_text(text, "utf-8")
+    return text
+
+
+def test_body_edit_makes_only_the_diff_onward_new(ws: WorkspaceTurn, repo: Path) -> None:
+    s = ws.session
+    target = repo / "json" / "decoder.py"
+    turn = TurnRequest("What does JSONObject return?", file=target, line=140, max_tokens=N_GEN)
+    before = ws.assemble(turn)
+    s.reset()
+    s.prefill(before.tokens)
+
+    old, new = (
+        "    s, end = s_and_end\n    pairs = []",
+        "    s, end = s_and_end  # touched\n    pairs = []",
+    )
+    text = edit_file(target, old, new)
+    ws.index.update(str(target), text)
+    after = ws.assemble(turn)
+
+    assert (
+        after.segment(SegmentKind.REPO_MAP).token_hash
+        == before.segment(SegmentKind.REPO_MAP).token_hash
+    )
+    diff = after.segment(SegmentKind.DIFF)
+    assert diff is not None and "touched" in diff.text
+    n, reason = after.manifest.reusable_prefix(before.manifest)
+    assert n == diff.token_start and "diff" in reason
+
+    reused, warm = greedy_after(s, after.tokens)
+    assert diff.token_start <= reused < diff.token_end
+    assert warm == cold(s, after.tokens)
+
+
+def test_signature_edit_misses_from_the_repo_map(ws: WorkspaceTurn, repo: Path) -> None:
+    s = ws.session
+    target = repo / "json" / "decoder.py"
+    turn = TurnRequest("Explain the scanner.", file=target, line=70, max_tokens=N_GEN)
+    before = ws.assemble(turn)
+    s.reset()
+    s.prefill(before.tokens)
+
+    scanner = repo / "json" / "scanner.py"
+    sig = "def py_make_scanner(context):"
+    assert sig in before.segment(SegmentKind.REPO_MAP).text  # type: ignore[union-attr]
+    text = edit_file(scanner, sig, "def py_make_scanner(context, strict_mode=None):")
+    ws.index.update(str(scanner), text)
+    after = ws.assemble(turn)
+
+    old_map = before.segment(SegmentKind.REPO_MAP)
+    new_map = after.segment(SegmentKind.REPO_MAP)
+    assert old_map is not None and new_map is not None
+    assert "strict_mode" in new_map.text and new_map.token_hash != old_map.token_hash
+    n, reason = after.manifest.reusable_prefix(before.manifest)
+    assert n == new_map.token_start and "repo map" in reason
+
+    reused, warm = greedy_after(s, after.tokens)
+    assert new_map.token_start <= reused < new_map.token_end
+    assert warm == cold(s, after.tokens)
+
+
+def test_second_ask_restores_the_stable_prefix_from_disk(ws: WorkspaceTurn, repo: Path) -> None:
+    s = ws.session
+    turn = TurnRequest(
+        "What is JSONDecodeError?", file=repo / "json" / "__init__.py", line=10, max_tokens=4
+    )
+    s.reset()
+    first = ws.ask(turn, lambda _p: None)
+    assert first.metrics["restoredFromSnapshot"] == 0
+    assert first.metrics["stableSnapshotSaved"] is True
+    stable = first.metrics["stableTokens"]
+    assert stable > 0
+
+    s.reset()  # what a new process starts with
+    explained = ws.explain(turn)[1]
+    assert explained.totals.reused == stable
+    assert {r.label: r.status for r in explained.rows}["system"] == "cached"
+
+    second = ws.ask(turn, lambda _p: None)
+    assert second.metrics["restoredFromSnapshot"] == stable
+    assert second.metrics["reusedTokens"] >= stable
+    assert (
+        second.metrics["newTokens"] == first.metrics["totalTokens"] - second.metrics["reusedTokens"]
+    )
+    assert second.text == first.text
+
+
+def _cli(*args: str, env: dict[str, str]) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "contenox_lsp.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+def test_cli_ask_twice_reuses_the_stable_prefix(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    env = {**os.environ, "CONTENOX_CACHE_DIR": str(tmp_path / "cache")}
+    args = (
+        "ask",
+        "Where is the JSON scanner?",
+        "--workspace",
+        str(repo),
+        "--map-tokens",
+        "256",
+        "--max-tokens",
+        "4",
+        "--json",
+    )
+    first = _cli(*args, env=env)["metrics"]
+    second = _cli(*args, env=env)["metrics"]
+    assert first["reusedTokens"] == 0
+    assert second["restoredFromSnapshot"] == first["stableTokens"] > 0
+    assert second["newTokens"] < first["newTokens"]
+
+    explained = _cli(
+        "explain-context",
+        "--workspace",
+        str(repo),
+        "--map-tokens",
+        "256",
+        "--question",
+        "Where is the JSON scanner?",
+        "--json",
+        env=env,
+    )
+    assert explained["cachedFrom"] == "snapshot"
+    statuses = {row["label"]: row["status"] for row in explained["segments"]}
+    assert statuses["system"] == statuses["repo map"] == "cached"
+    assert statuses["user"] == "new"
+
+
+def test_cli_rejects_file_outside_workspace(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("x = 1\n", "utf-8")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "contenox_lsp.cli",
+            "ask",
+            "q",
+            "--workspace",
+            str(repo),
+            "--file",
+            str(outside),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CONTENOX_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert out.returncode == 1
+    assert "outside the workspace" in out.stderr
+    assert out.stdout == ""
