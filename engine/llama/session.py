@@ -463,9 +463,9 @@ class LlamaSession:
                 raise InvalidSessionStateError(
                     "generate/stream needs a successful prefill() first", resident=len(self._tokens)
                 )
-            self._logits_ready = False  # the logits are consumed by this generation
             if max_tokens < 1:
                 raise InvalidBatchError("max_tokens must be >= 1", max_tokens=max_tokens)
+            self._logits_ready = False  # the logits are consumed by this generation
             sampler = self._sampler
             llama_cpp.llama_sampler_reset(sampler)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -1,0 +1,245 @@
+"""Select and render the repo map: file headers with the signature lines of the top-ranked
+definitions, fitted to a token budget.
+
+Stability is the point (the map is a cached prompt prefix; any change re-prefills it):
+
+* only signatures are shown, never bodies or line numbers, so body edits cannot show up;
+* scores are quantized (``QUANTUM`` steps per doubling), so rank noise inside a step is
+  invisible and ties break by path and position;
+* hysteresis: what the previous map (same budget) showed keeps a ``MARGIN``-step head start,
+  so a newcomer must clearly beat an incumbent to displace it;
+* output order is by path, then by position in the file, never by score.
+
+The digest is SHA-256 over exactly the rendered text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from repo_index.rank import Ranking
+from repo_index.symbols import FileSymbols
+
+QUANTUM = 8  # score buckets per doubling (~9% apart)
+MARGIN = 3  # incumbent head start, in buckets (~30%)
+DEF_BASE_SHARE = 0.1  # unreferenced definitions inherit a little of their file's rank
+FILE_SHARE = 0.01  # a bare file name ranks well below its definitions
+PRIVATE_FACTOR = 0.1
+FOCUS_IDENT_FACTOR = 100.0  # a definition named in the user's question
+MAX_MISSES = 200  # stop looking for something that still fits after this many misses
+_NEVER = -(10**9)
+
+ItemKey = tuple[str, ...]
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap default token count: about four characters per token."""
+    return (len(text) + 3) // 4
+
+
+@dataclass(frozen=True)
+class RepoMap:
+    text: str
+    digest: str  # sha256 hex of ``text``
+    files: tuple[str, ...]  # absolute paths of the files shown, in map order
+    tokens: int  # count_tokens(text)
+    budget: int
+
+
+@dataclass(frozen=True)
+class FileView:
+    """What the renderer needs of one file."""
+
+    path: str
+    display: str
+    symbols: FileSymbols | None
+
+
+# (-bucket, display, position, path, def index or -1, key)
+_Candidate = tuple[int, str, int, str, int, ItemKey]
+
+
+def _bucket(score: float) -> int:
+    return math.floor(math.log2(score) * QUANTUM) if score > 0.0 else _NEVER
+
+
+class Candidates:
+    """Every showable item with its quantized score, best first (built once per ranking)."""
+
+    def __init__(
+        self, files: Iterable[FileView], ranking: Ranking, focus_idents: Collection[str] = ()
+    ) -> None:
+        self.views: dict[str, FileView] = {}
+        items: list[_Candidate] = []
+        for view in files:
+            self.views[view.path] = view
+            file_rank = ranking.files.get(view.path, 0.0)
+            items.append(
+                (-_bucket(FILE_SHARE * file_rank), view.display, -1, view.path, -1, (view.path,))
+            )
+            symbols = view.symbols
+            if symbols is None or not symbols.defs:
+                continue
+            visible = symbols.visible()
+            shown = sum(visible)
+            if not shown:
+                continue
+            parents = symbols.parents()
+            base = DEF_BASE_SHARE * file_rank / shown
+            seen: dict[tuple[str, str, str], int] = {}
+            for i, d in enumerate(symbols.defs):
+                if not visible[i]:
+                    continue
+                score = ranking.names.get((view.path, d.name), 0.0) + base
+                if d.name.startswith("_"):
+                    score *= PRIVATE_FACTOR
+                if d.name in focus_idents:
+                    score *= FOCUS_IDENT_FACTOR
+                parent = symbols.defs[parents[i]].name if parents[i] >= 0 else ""
+                ident = (parent, d.name, d.kind)
+                ordinal = seen.get(ident, 0)
+                seen[ident] = ordinal + 1
+                key = (view.path, parent, d.name, d.kind, str(ordinal))
+                items.append((-_bucket(score), view.display, d.name_byte, view.path, i, key))
+        items.sort()
+        self.items = items
+        self.by_key = {item[5]: item for item in items}
+
+
+class _Plan:
+    """Accepted items and the lines they need, with running token cost."""
+
+    def __init__(self, candidates: Candidates, count: Callable[[str], int]) -> None:
+        self.c = candidates
+        self.count = count
+        self.cost_cache: dict[str, int] = {}
+        self.lines: dict[str, set[int]] = {}  # path -> def indices shown
+        self.files: dict[str, bool] = {}  # path -> has definition lines
+        self.used = 0
+
+    def cost(self, text: str) -> int:
+        n = self.cost_cache.get(text)
+        if n is None:
+            n = self.count(text)
+            self.cost_cache[text] = n
+        return n
+
+    def def_line(self, path: str, i: int) -> str:
+        symbols = self.c.views[path].symbols
+        assert symbols is not None
+        parents = symbols.parents()
+        depth = 0
+        p = parents[i]
+        while p >= 0:
+            depth += 1
+            p = parents[p]
+        return "  " * (depth + 1) + symbols.defs[i].signature + "\n"
+
+    def needed(self, path: str, i: int) -> list[int]:
+        """``i`` plus its enclosing definitions not shown yet (context for the reader)."""
+        symbols = self.c.views[path].symbols
+        assert symbols is not None
+        parents = symbols.parents()
+        have = self.lines.get(path, set())
+        out = []
+        while i >= 0 and i not in have:
+            out.append(i)
+            i = parents[i]
+        return out
+
+    def try_add(self, path: str, i: int, budget: int) -> bool:
+        display = self.c.views[path].display
+        extra = 0
+        if i < 0:
+            if path in self.files:
+                return True  # already shown
+            extra = self.cost(display + "\n")
+            if self.used + extra > budget:
+                return False
+            self.files[path] = False
+            self.used += extra
+            return True
+        need = self.needed(path, i)
+        if not need:
+            return True
+        has_defs = self.files.get(path)
+        if has_defs is None:
+            extra += self.cost(display + ":\n")
+        elif has_defs is False:
+            extra += self.cost(display + ":\n") - self.cost(display + "\n")
+        extra += sum(self.cost(self.def_line(path, j)) for j in need)
+        if self.used + extra > budget:
+            return False
+        self.files[path] = True
+        self.lines.setdefault(path, set()).update(need)
+        self.used += extra
+        return True
+
+    def render(self) -> tuple[str, tuple[str, ...]]:
+        order = sorted(self.files, key=lambda p: (self.c.views[p].display, p))
+        out: list[str] = []
+        for path in order:
+            view = self.c.views[path]
+            if not self.files[path]:
+                out.append(view.display + "\n")
+                continue
+            out.append(view.display + ":\n")
+            symbols = view.symbols
+            assert symbols is not None
+            for i in sorted(self.lines[path], key=lambda j: symbols.defs[j].name_byte):
+                out.append(self.def_line(path, i))
+        return "".join(out), tuple(order)
+
+
+def _stream(candidates: Candidates, incumbents: Iterable[ItemKey]) -> Iterable[_Candidate]:
+    """Candidates best first, incumbents lifted by ``MARGIN`` buckets; each key once."""
+    lifted = sorted(
+        (item[0] - MARGIN, *item[1:])
+        for key in incumbents
+        if (item := candidates.by_key.get(key)) is not None
+    )
+    seen: set[ItemKey] = set()
+    for item in heapq.merge(lifted, candidates.items):
+        key = item[5]
+        if key in seen:
+            continue
+        seen.add(key)
+        yield item
+
+
+def render(
+    candidates: Candidates,
+    budget: int,
+    count_tokens: Callable[[str], int] | None = None,
+    incumbents: Sequence[ItemKey] = (),
+) -> tuple[RepoMap, list[ItemKey]]:
+    """The map for ``budget`` tokens and the keys it selected (next call's incumbents)."""
+    count = count_tokens or estimate_tokens
+    accepted: list[_Candidate] = []
+    if budget > 0:
+        plan = _Plan(candidates, count)
+        misses = 0
+        for item in _stream(candidates, incumbents):
+            if plan.try_add(item[3], item[4], budget):
+                accepted.append(item)
+            else:
+                misses += 1
+                if misses >= MAX_MISSES:
+                    break
+    while True:
+        plan = _Plan(candidates, count)
+        for item in accepted:
+            plan.try_add(item[3], item[4], 1 << 62)
+        text, files = plan.render()
+        tokens = count(text) if text else 0
+        # Per-line costs add up for the default estimate; a real tokenizer may merge across
+        # lines, so the whole text is checked and trimmed from the least important end.
+        if tokens <= max(budget, 0) or not accepted:
+            break
+        accepted.pop()
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return RepoMap(text, digest, files, tokens, budget), [item[5] for item in accepted]
