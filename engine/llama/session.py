@@ -84,6 +84,10 @@ class LlamaSession:
         self._model = model
         self._cancel = threading.Event()
         self._busy = threading.Lock()
+        # Tokenizing may run on another thread than prefill; close() must not free the model
+        # under it. Held only for the microseconds a tokenize takes, never during a decode.
+        self._model_lock = threading.Lock()
+        self._closed = False
         # Kept as attributes: ctypes callbacks must outlive the context that calls them.
         self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
         # Fault-injection seam for tests: the function that runs one batch.
@@ -152,6 +156,14 @@ class LlamaSession:
             self._create_context()
 
     def close(self) -> None:
+        """Free context and model; waits for a running call to finish (cancel it first)."""
+        with self._busy, self._model_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._close_locked()
+
+    def _close_locked(self) -> None:
         if self._ctx is not None:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
@@ -225,20 +237,25 @@ class LlamaSession:
         """Tokenize without any implicit BOS; ``add_bos`` prepends the model's BOS explicitly."""
         data = text.encode("utf-8")
         cap = len(data) + 8
-        while True:
-            buf = (llama_cpp.llama_token * cap)()
-            n = llama_cpp.llama_tokenize(
-                self._model.vocab, data, len(data), buf, cap, False, special
-            )
-            if n >= 0:
-                break
-            cap = -n
+        with self._model_lock:
+            if self._closed:
+                raise InvalidSessionStateError("session is closed")
+            while True:
+                buf = (llama_cpp.llama_token * cap)()
+                n = llama_cpp.llama_tokenize(
+                    self._model.vocab, data, len(data), buf, cap, False, special
+                )
+                if n >= 0:
+                    break
+                cap = -n
         out = list(buf[:n])
         if add_bos and self._model.bos_id is not None:
             out.insert(0, self._model.bos_id)
         return out
 
     def token_piece(self, token: int, *, special: bool = False) -> bytes:
+        if self._closed:
+            raise InvalidSessionStateError("session is closed")
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
         if n < 0:

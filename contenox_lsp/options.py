@@ -1,0 +1,142 @@
+"""Server options: CLI flags merged with the client's ``initializationOptions``.
+
+Invalid initialization options never fail ``initialize``: each bad key is reported as a
+warning (shown to the user with ``window/showMessage``) and its default is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+# initializationOptions key → (dataclass field, accepted python types, validator description)
+_KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
+    "profile": ("profile", (str,), "a path to a profile TOML file"),
+    "model": ("model", (str,), "a GGUF file path"),
+    "debounceMs": ("debounce_ms", (int,), "an integer between 0 and 60000"),
+    "prefillOnIdle": ("prefill_on_idle", (bool,), "true or false"),
+    "repoMapTokens": ("repo_map_tokens", (int,), "an integer between 0 and 65536"),
+    "maxTokens": ("max_tokens", (int,), "an integer between 1 and 4096"),
+    "snapshotDir": ("snapshot_dir", (str,), "a directory path"),
+    "logLevel": ("log_level", (str,), "one of debug, info, warning, error"),
+}
+
+_RANGES: dict[str, tuple[int, int]] = {
+    "debounce_ms": (0, 60_000),
+    "repo_map_tokens": (0, 65_536),
+    "max_tokens": (1, 4096),
+}
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything the server can be configured with (CLI flags or initializationOptions)."""
+
+    profile: str | None = None
+    """Profile TOML path; None → the engine's built-in default (embedded model)."""
+    model: str | None = None
+    """Override of the profile's model path (a GGUF file or ``embedded:...``)."""
+    debounce_ms: int = 300
+    """Idle time after the last edit before re-assembly and pre-prefill."""
+    prefill_on_idle: bool = True
+    """Pre-prefill the prompt up to the user turn in idle time."""
+    repo_map_tokens: int = 1024
+    """Token budget of the repo-map segment."""
+    max_tokens: int = 256
+    """Default answer length for asks and code actions."""
+    snapshot_dir: str | None = None
+    """Where ``contenox/snapshot`` keeps files; None → the profile's / platform cache dir."""
+    log_level: str = "info"
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Unrecognised-but-harmless keys are kept here (and warned about)."""
+
+
+def merge_initialization_options(
+    base: ServerOptions, raw: Any
+) -> tuple[ServerOptions, list[str]]:
+    """Apply ``raw`` (the client's initializationOptions) over ``base``.
+
+    Returns the effective options and human-readable warnings for every rejected key.
+    """
+    if raw is None:
+        return base, []
+    if not isinstance(raw, dict):
+        return base, [f"initializationOptions must be an object, got {type(raw).__name__}"]
+
+    warnings: list[str] = []
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        spec = _KEYS.get(key)
+        if spec is None:
+            warnings.append(
+                f"initializationOptions: unknown key {key!r} ignored "
+                f"(known: {', '.join(sorted(_KEYS))})"
+            )
+            continue
+        name, kinds, expected = spec
+        # bool is an int subclass: reject True for integer options explicitly.
+        ok = isinstance(value, kinds) and not (
+            isinstance(value, bool) and bool not in kinds
+        )
+        if ok and name in _RANGES:
+            lo, hi = _RANGES[name]
+            ok = lo <= value <= hi
+        if ok and name == "log_level":
+            ok = value in _LOG_LEVELS
+        if ok and isinstance(value, str) and not value.strip():
+            ok = False
+        if not ok:
+            warnings.append(
+                f"initializationOptions.{key}: invalid value {value!r}, expected {expected}; "
+                "using the default"
+            )
+            continue
+        changes[name] = value
+    return replace(base, **changes), warnings
+
+
+def option_names() -> list[str]:
+    """The dataclass field names (for tests and docs)."""
+    return [f.name for f in fields(ServerOptions)]
+
+
+def add_server_arguments(parser: Any) -> None:
+    """Flags of ``contenox-lsp`` / ``contenox-lsp serve`` (for the CLI's argparse parser)."""
+    parser.add_argument("--profile", default=None, help="profile TOML (default: built-in)")
+    parser.add_argument("--model", default=None, help="override the profile's model path")
+    parser.add_argument("--debounce-ms", type=int, default=None,
+                        help="idle time after an edit before re-assembly (default 300)")
+    parser.add_argument("--no-prefill-on-idle", action="store_true",
+                        help="do not pre-prefill the context in idle time")
+    parser.add_argument("--repo-map-tokens", type=int, default=None,
+                        help="token budget of the repo map (default 1024)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="default answer length (default 256)")
+    parser.add_argument("--snapshot-dir", default=None, help="where snapshots are kept")
+    parser.add_argument("--log-level", default=None, choices=_LOG_LEVELS)
+
+
+def coerce_options(value: Any) -> ServerOptions:
+    """ServerOptions as given, from an argparse namespace, or the defaults for None."""
+    if value is None:
+        return ServerOptions()
+    if isinstance(value, ServerOptions):
+        return value
+    return options_from_args(value)
+
+
+def options_from_args(ns: Any) -> ServerOptions:
+    """ServerOptions from an argparse namespace (flags of ``add_server_arguments``; any
+    missing attribute keeps its default, so the CLI's own parser works too)."""
+    opts = ServerOptions()
+    changes: dict[str, Any] = {}
+    for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "max_tokens",
+                 "snapshot_dir", "log_level"):
+        v = getattr(ns, name, None)
+        if v is not None:
+            changes[name] = v
+    if getattr(ns, "no_prefill_on_idle", False):
+        changes["prefill_on_idle"] = False
+    return replace(opts, **changes)
