@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    # vscode-languageclient and others append --stdio; it is the default, accept it.
+    for p in (parser, serve):
+        p.add_argument("--stdio", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
     return parser

@@ -49,6 +49,9 @@ def raw_converter() -> Converter:
     converter = converters.get_converter()
 
     def keep_raw(obj: dict[str, Any], cls: type) -> Any:
+        # JSON-RPC lets a request or notification omit "params" (e.g. contenox/status).
+        if cls is not JsonRPCResponseMessage and "params" not in obj:
+            obj = {**obj, "params": None}
         return cls(**obj)
 
     for cls in (JsonRPCRequestMessage, JsonRPCResponseMessage, JsonRPCNotification):

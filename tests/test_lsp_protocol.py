@@ -6,6 +6,7 @@ Real server process over stdio (pytest-lsp), real files (a copy of the stdlib ``
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,21 @@ async def test_malformed_params_are_invalid_params(nvim: LanguageClient, workspa
         with pytest.raises(JsonRpcInvalidParams) as info:
             await raw_request(nvim, method, params, timeout=30)
         assert "nvalid" in info.value.message, (method, params, info.value.message)
+
+
+async def test_requests_may_omit_params(nvim: LanguageClient) -> None:
+    """JSON-RPC allows a request without a "params" member; the server must answer it."""
+    for method in ("contenox/status", "contenox/listPins"):
+        msg_id = f"no-params-{method}"
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        nvim.protocol._request_futures[msg_id] = fut
+        nvim.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "method": method})
+        result = await asyncio.wait_for(asyncio.wrap_future(fut), 60)
+        assert result is not None, method
+        if method == "contenox/status":
+            assert result["state"] in {"cold", "warming", "warm", "busy", "error"}
+    status = await request(nvim, "contenox/status", None)
+    assert status["state"] in {"cold", "warming", "warm", "busy", "error"}
 
 
 async def test_unknown_method_is_method_not_found(nvim: LanguageClient) -> None:

@@ -1,0 +1,53 @@
+-- Contenox user commands. The language server itself is enabled by
+-- `require('contenox').setup{}` (or `vim.lsp.enable('contenox')` with lsp/contenox.lua).
+if vim.g.loaded_contenox then
+  return
+end
+vim.g.loaded_contenox = true
+
+if vim.fn.has('nvim-0.11') == 0 then
+  vim.notify('Contenox: Neovim 0.11 or newer is required', vim.log.levels.ERROR)
+  return
+end
+
+local function range_of(opts)
+  if opts.range and opts.range > 0 then
+    return { opts.line1, opts.line2 }
+  end
+  return nil
+end
+
+vim.api.nvim_create_user_command('ContenoxAsk', function(opts)
+  local range = range_of(opts)
+  local ask_opts = range and { range = { start = range[1] - 1, ['end'] = range[2] - 1 } } or nil
+  local question = vim.trim(opts.args or '')
+  if question ~= '' then
+    require('contenox').ask(question, ask_opts)
+    return
+  end
+  vim.ui.input({ prompt = 'Ask Contenox: ' }, function(input)
+    if input and vim.trim(input) ~= '' then
+      require('contenox').ask(input, ask_opts)
+    end
+  end)
+end, { nargs = '*', range = true, desc = 'Contenox: ask about the code (streams into a float; <C-c> cancels)' })
+
+vim.api.nvim_create_user_command('ContenoxCancel', function()
+  require('contenox').cancel()
+end, { desc = 'Contenox: cancel the running ask' })
+
+vim.api.nvim_create_user_command('ContenoxExplainContext', function()
+  require('contenox').explain_context()
+end, { desc = 'Contenox: show the context segments (tokens, cached/new)' })
+
+vim.api.nvim_create_user_command('ContenoxPin', function(opts)
+  require('contenox').pin({ range = range_of(opts) })
+end, { range = true, desc = 'Contenox: pin this file (or the selected lines) into the context' })
+
+vim.api.nvim_create_user_command('ContenoxUnpin', function(opts)
+  require('contenox').unpin({ range = range_of(opts) })
+end, { range = true, desc = "Contenox: unpin this file's pins (or those of the selected lines)" })
+
+vim.api.nvim_create_user_command('ContenoxStatus', function()
+  require('contenox').show_status()
+end, { desc = 'Contenox: show the warm session status' })

@@ -1,0 +1,153 @@
+/**
+ * The Contenox server's public request contract (contenox_lsp/PROTOCOL.md), as TypeScript
+ * types. Nothing here computes anything the server computes: the editor only shows it.
+ */
+
+export const Methods = {
+  explainContext: 'contenox/explainContext',
+  ask: 'contenox/ask',
+  pin: 'contenox/pin',
+  unpin: 'contenox/unpin',
+  listPins: 'contenox/listPins',
+  status: 'contenox/status',
+  snapshot: 'contenox/snapshot',
+} as const;
+
+/** Commands the server executes (workspace/executeCommand). The language client registers
+ * them in VS Code itself, so the extension's own command ids must never reuse them. */
+export const SERVER_COMMANDS = [
+  'contenox.explain',
+  'contenox.fix',
+  'contenox.docstring',
+  'contenox.pin',
+  'contenox.unpin',
+] as const;
+
+/** JSON-RPC RequestCancelled. */
+export const REQUEST_CANCELLED = -32800;
+
+export interface Position {
+  line: number;
+  character: number;
+}
+export interface Range {
+  start: Position;
+  end: Position;
+}
+export interface TextDocumentIdentifier {
+  uri: string;
+}
+
+export interface Segment {
+  kind: string;
+  label: string;
+  tokens: number;
+  tokenStart: number;
+  tokenEnd: number;
+  status: 'cached' | 'new' | string;
+  cacheClass: string;
+  invalidation: string;
+  byteHash: string;
+  tokenHash: string;
+  truncated?: boolean;
+}
+
+export interface DroppedSegment {
+  kind: string;
+  label: string;
+  cacheClass: string;
+  tokens: number;
+  status: string;
+}
+
+export interface ExplainParams {
+  textDocument?: TextDocumentIdentifier;
+  position?: Position;
+  question?: string;
+}
+
+export interface ExplainResult {
+  profileId: string;
+  backend: string;
+  nCtx: number;
+  totalTokens: number;
+  reusedTokens: number;
+  newTokens: number;
+  residentTokens: number;
+  pendingPrefillTokens: number;
+  userStart?: number;
+  missReason?: string | null;
+  segments: Segment[];
+  dropped?: DroppedSegment[];
+}
+
+export interface AskMetrics {
+  reusedTokens?: number;
+  newTokens?: number;
+  prefillMs?: number;
+  ttftMs?: number;
+  decodeTokens?: number;
+  decodeTokensPerSecond?: number;
+  promptTokens?: number;
+  engineTtftMs?: number;
+  finishReason?: string | null;
+  missReason?: string | null;
+}
+
+export interface AskParams {
+  question: string;
+  textDocument?: TextDocumentIdentifier;
+  range?: Range;
+  maxTokens?: number;
+  partialResultToken?: string | number;
+  workDoneToken?: string | number;
+}
+
+export interface AskResult {
+  text: string;
+  metrics: AskMetrics;
+}
+
+/** The `value` of a `$/progress` notification carrying an ask's partial result. */
+export interface AskPartial {
+  text: string;
+}
+
+export interface PinInfo {
+  uri: string;
+  range: Range | null;
+  label: string;
+  tokens: number | null;
+}
+
+export interface PinResult {
+  pinned: boolean;
+  pin: PinInfo;
+}
+
+export interface UnpinResult {
+  removed: number;
+}
+
+export interface ListPinsResult {
+  pins: PinInfo[];
+}
+
+export type ServerState = 'cold' | 'warming' | 'warm' | 'busy' | 'error';
+
+export interface StatusResult {
+  state: ServerState | string;
+  model: string | null;
+  backend: string | null;
+  profileId: string | null;
+  residentTokens: number;
+  pendingPrefillTokens: number;
+  targetTokens?: number | null;
+  lastInvalidated?: string[];
+  lastRequest?: AskMetrics | null;
+  running?: string | null;
+  prefillOnIdle?: boolean;
+  debounceMs?: number;
+  error?: string | null;
+  index?: { state: string; files: number; error?: string | null };
+}

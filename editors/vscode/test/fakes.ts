@@ -1,0 +1,297 @@
+/**
+ * Small fakes of the `vscode` API surface the extension uses, and of the language client.
+ * They record what the extension did so tests can assert on it.
+ */
+import { EventEmitter as NodeEmitter } from 'node:events';
+import type { ClientFactory, ClientHooks, LspClient } from '../src/controller';
+import type { LaunchSpec } from '../src/settings';
+
+type Listener<T> = (e: T) => unknown;
+
+export class FakeEventEmitter<T> {
+  private listeners: Listener<T>[] = [];
+  event = (listener: Listener<T>) => {
+    this.listeners.push(listener);
+    return { dispose: () => { this.listeners = this.listeners.filter((l) => l !== listener); } };
+  };
+  fire(e?: T): void {
+    for (const l of [...this.listeners]) l(e as T);
+  }
+  dispose(): void {
+    this.listeners = [];
+  }
+}
+
+export class FakeCancellationTokenSource {
+  private emitter = new FakeEventEmitter<void>();
+  token = {
+    isCancellationRequested: false,
+    onCancellationRequested: this.emitter.event,
+  };
+  cancel(): void {
+    if (this.token.isCancellationRequested) return;
+    this.token.isCancellationRequested = true;
+    this.emitter.fire();
+  }
+  dispose(): void {}
+}
+
+export class FakeUri {
+  constructor(readonly scheme: string, readonly fsPath: string) {}
+  static file(p: string): FakeUri {
+    return new FakeUri('file', p);
+  }
+  toString(): string {
+    return `${this.scheme}://${this.fsPath}`;
+  }
+}
+
+export class FakePosition {
+  constructor(readonly line: number, readonly character: number) {}
+}
+
+export class FakeSelection {
+  readonly start: FakePosition;
+  readonly end: FakePosition;
+  readonly active: FakePosition;
+  constructor(anchor: FakePosition, active: FakePosition) {
+    const before = anchor.line < active.line || (anchor.line === active.line && anchor.character <= active.character);
+    this.start = before ? anchor : active;
+    this.end = before ? active : anchor;
+    this.active = active;
+  }
+  get isEmpty(): boolean {
+    return this.start.line === this.end.line && this.start.character === this.end.character;
+  }
+}
+
+export class FakeTreeItem {
+  id?: string;
+  description?: string;
+  tooltip?: string;
+  iconPath?: unknown;
+  constructor(readonly label: string, readonly collapsibleState: number) {}
+}
+
+export class FakeThemeIcon {
+  constructor(readonly id: string, readonly color?: unknown) {}
+}
+export class FakeThemeColor {
+  constructor(readonly id: string) {}
+}
+
+export interface Message {
+  level: 'info' | 'warning' | 'error';
+  text: string;
+  items: string[];
+}
+
+export interface FakeWebviewPanel {
+  title: string;
+  html: string[];
+  posted: { type: string; html: string }[];
+  disposed: boolean;
+}
+
+/** A fake `vscode` module. `config` holds `contenox.*` settings (keys without the prefix). */
+export function createFakeVscode(opts: { config?: Record<string, unknown>; workspaceFolder?: string } = {}) {
+  const config: Record<string, unknown> = { statusRefreshMs: 0, ...(opts.config ?? {}) };
+  const commands = new Map<string, (...args: any[]) => unknown>();
+  const executed: { id: string; args: unknown[] }[] = [];
+  const messages: Message[] = [];
+  const inputAnswers: (string | undefined)[] = [];
+  const quickPicks: { items: any[]; options: any }[] = [];
+  const panels: FakeWebviewPanel[] = [];
+  const output: string[] = [];
+  const statusItem = { text: '', tooltip: '' as unknown, command: '', name: '', backgroundColor: undefined as unknown, shown: false, show() { this.shown = true; }, hide() { this.shown = false; }, dispose() {} };
+  const treeVisibility = new FakeEventEmitter<{ visible: boolean }>();
+  const treeView = {
+    visible: false,
+    message: undefined as string | undefined,
+    description: undefined as string | undefined,
+    provider: undefined as any,
+    onDidChangeVisibility: treeVisibility.event,
+    dispose() {},
+  };
+  const docChanges = new FakeEventEmitter<any>();
+  const editorChanges = new FakeEventEmitter<any>();
+  const configChanges = new FakeEventEmitter<any>();
+  const progressRuns: { title: string; cancellable: boolean; cancel: () => void }[] = [];
+  const renderedMarkdown: string[] = [];
+
+  const vscode = {
+    EventEmitter: FakeEventEmitter,
+    CancellationTokenSource: FakeCancellationTokenSource,
+    TreeItem: FakeTreeItem,
+    ThemeIcon: FakeThemeIcon,
+    ThemeColor: FakeThemeColor,
+    Uri: FakeUri,
+    Position: FakePosition,
+    Selection: FakeSelection,
+    TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
+    StatusBarAlignment: { Left: 1, Right: 2 },
+    ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+    ViewColumn: { Active: -1, Beside: -2, One: 1 },
+    QuickPickItemKind: { Separator: -1, Default: 0 },
+    window: {
+      activeTextEditor: undefined as any,
+      createOutputChannel: (_name: string) => ({
+        appendLine: (s: string) => output.push(s),
+        append: (s: string) => output.push(s),
+        show: () => output.push('<shown>'),
+        info: (s: string) => output.push(s),
+        dispose() {},
+      }),
+      createTreeView: (_id: string, o: { treeDataProvider: unknown }) => {
+        treeView.provider = o.treeDataProvider;
+        return treeView;
+      },
+      createStatusBarItem: () => statusItem,
+      createWebviewPanel: (_type: string, title: string) => {
+        const record: FakeWebviewPanel = { title, html: [], posted: [], disposed: false };
+        panels.push(record);
+        const disposeEmitter = new FakeEventEmitter<void>();
+        return {
+          webview: {
+            cspSource: 'vscode-resource:',
+            set html(v: string) { record.html.push(v); },
+            get html() { return record.html[record.html.length - 1] ?? ''; },
+            postMessage: async (m: { type: string; html: string }) => { record.posted.push(m); return true; },
+          },
+          reveal() {},
+          onDidDispose: disposeEmitter.event,
+          dispose() { record.disposed = true; disposeEmitter.fire(); },
+        };
+      },
+      showInformationMessage: (text: string, ...items: string[]) => { messages.push({ level: 'info', text, items }); return Promise.resolve(undefined); },
+      showWarningMessage: (text: string, ...items: string[]) => { messages.push({ level: 'warning', text, items }); return Promise.resolve(undefined); },
+      showErrorMessage: (text: string, ...items: string[]) => { messages.push({ level: 'error', text, items }); return Promise.resolve(undefined); },
+      showInputBox: async () => inputAnswers.shift(),
+      showQuickPick: async (items: any[], options: any) => { quickPicks.push({ items, options }); return undefined; },
+      withProgress: async (o: { title: string; cancellable: boolean }, task: (p: unknown, t: unknown) => Promise<unknown>) => {
+        const cts = new FakeCancellationTokenSource();
+        progressRuns.push({ title: o.title, cancellable: o.cancellable, cancel: () => cts.cancel() });
+        return task({ report() {} }, cts.token);
+      },
+      onDidChangeActiveTextEditor: editorChanges.event,
+    },
+    workspace: {
+      workspaceFolders: opts.workspaceFolder ? [{ uri: FakeUri.file(opts.workspaceFolder), name: 'ws', index: 0 }] : undefined,
+      getConfiguration: (_section: string) => ({
+        get: <T>(key: string, fallback: T): T => (key in config ? (config[key] as T) : fallback),
+      }),
+      onDidChangeTextDocument: docChanges.event,
+      onDidChangeConfiguration: configChanges.event,
+    },
+    commands: {
+      registerCommand: (id: string, fn: (...args: any[]) => unknown) => {
+        if (commands.has(id)) throw new Error(`command '${id}' already exists`);
+        commands.set(id, fn);
+        return { dispose: () => commands.delete(id) };
+      },
+      executeCommand: async (id: string, ...args: unknown[]) => {
+        executed.push({ id, args });
+        if (id === 'markdown.api.render') {
+          renderedMarkdown.push(String(args[0]));
+          return `<div class="md">${String(args[0])}</div>`;
+        }
+        const fn = commands.get(id);
+        return fn ? fn(...args) : undefined;
+      },
+    },
+  };
+
+  /** Put a file editor in front, with a selection (anchor → active). */
+  function openEditor(path: string, languageId = 'python', anchor: [number, number] = [0, 0], active: [number, number] = anchor) {
+    vscode.window.activeTextEditor = {
+      document: { uri: FakeUri.file(path), languageId },
+      selection: new FakeSelection(new FakePosition(...anchor), new FakePosition(...active)),
+    };
+  }
+
+  return {
+    vscode, config, commands, executed, messages, inputAnswers, quickPicks, panels, output,
+    statusItem, treeView, treeVisibility, docChanges, editorChanges, configChanges, progressRuns,
+    renderedMarkdown, openEditor,
+    run: (id: string, ...args: unknown[]) => {
+      const fn = commands.get(id);
+      if (!fn) throw new Error(`command ${id} is not registered`);
+      return fn(...args) as Promise<any>;
+    },
+  };
+}
+
+export interface SentRequest {
+  method: string;
+  params: any;
+  token?: { isCancellationRequested: boolean; onCancellationRequested: (l: () => void) => unknown };
+}
+
+/**
+ * A fake language client. `handlers[method]` answers requests (may call `emitProgress`);
+ * a handler that throws makes the request fail with that error.
+ */
+export class FakeClient implements LspClient {
+  running = false;
+  started = 0;
+  stopped = 0;
+  startError: Error | undefined;
+  lastError: (() => string | undefined) | undefined;
+  sent: SentRequest[] = [];
+  handlers: Record<string, (params: any, req: SentRequest) => unknown> = {};
+  private progress = new NodeEmitter();
+  private state = new FakeEventEmitter<boolean>();
+  constructor(readonly spec: LaunchSpec, readonly hooks: ClientHooks) {}
+
+  async start(): Promise<void> {
+    this.started++;
+    if (this.startError) throw this.startError;
+    this.running = true;
+    this.state.fire(true);
+  }
+  async stop(): Promise<void> {
+    this.stopped++;
+    this.running = false;
+    this.state.fire(false);
+  }
+  isRunning(): boolean {
+    return this.running;
+  }
+  async sendRequest<R>(method: string, params: unknown, token?: any): Promise<R> {
+    const req: SentRequest = { method, params, token };
+    this.sent.push(req);
+    const h = this.handlers[method];
+    if (!h) throw Object.assign(new Error(`Unhandled method ${method}`), { code: -32601 });
+    return (await h(params, req)) as R;
+  }
+  onProgress(token: string | number, handler: (value: unknown) => void) {
+    const key = String(token);
+    this.progress.on(key, handler);
+    return { dispose: () => this.progress.off(key, handler) };
+  }
+  emitProgress(token: string | number, value: unknown): void {
+    this.progress.emit(String(token), value);
+  }
+  progressListeners(token: string | number): number {
+    return this.progress.listenerCount(String(token));
+  }
+  onDidChangeState(listener: (running: boolean) => void) {
+    return this.state.event(listener);
+  }
+  /** Simulate the server process dying. */
+  crash(): void {
+    this.running = false;
+    this.state.fire(false);
+  }
+}
+
+export function fakeClientFactory(setup?: (c: FakeClient) => void): { factory: ClientFactory; clients: FakeClient[] } {
+  const clients: FakeClient[] = [];
+  const factory: ClientFactory = (spec, hooks) => {
+    const c = new FakeClient(spec, hooks);
+    setup?.(c);
+    clients.push(c);
+    return c;
+  };
+  return { factory, clients };
+}

@@ -1,0 +1,451 @@
+/**
+ * Unit tests of activation, the command handlers and the presentation helpers, with small
+ * injected fakes for `vscode` and the language client (no VS Code, no server).
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { activateWith, COMMANDS, type Contenox } from '../src/controller';
+import { describeError, explainTable, explainView, statusBarView, shortModel } from '../src/format';
+import { SERVER_COMMANDS, type ExplainResult, type StatusResult } from '../src/protocol';
+import { DEFAULT_SETTINGS, initializationOptions, resolveLaunch, which } from '../src/settings';
+import { createFakeVscode, fakeClientFactory, type FakeClient } from './fakes';
+
+const WS = '/tmp/contenox-ws';
+const FILE = `${WS}/app.py`;
+const FILE_URI = `file://${FILE}`;
+
+function segment(kind: string, label: string, start: number, end: number, status: string) {
+  return {
+    kind, label, tokens: end - start, tokenStart: start, tokenEnd: end, status,
+    cacheClass: 'high', invalidation: `${kind} inputs`, byteHash: 'ab'.repeat(32), tokenHash: 'cd'.repeat(32),
+    truncated: false,
+  };
+}
+
+const EXPLAIN: ExplainResult = {
+  profileId: 'gemma3-270m-cpu@d1361b7f8b86', backend: 'llama', nCtx: 8192,
+  totalTokens: 780, reusedTokens: 711, newTokens: 69, residentTokens: 711, pendingPrefillTokens: 53,
+  userStart: 764, missReason: 'segment pinned not resident',
+  segments: [
+    segment('system', 'system', 0, 116, 'cached'),
+    segment('tools', 'tools', 116, 555, 'cached'),
+    segment('policy', 'policy', 555, 678, 'cached'),
+    segment('repo_map', 'repo map', 678, 711, 'cached'),
+    segment('pinned', 'pinned app.py:1-7', 711, 764, 'new'),
+    segment('user', 'user', 764, 780, 'new'),
+  ],
+  dropped: [{ kind: 'diff', label: 'diff', cacheClass: 'medium', tokens: 9000, status: 'evicted' }],
+};
+
+const STATUS: StatusResult = {
+  state: 'warm', model: '/cache/gemma-3-270m-it-Q4_K_M.gguf', backend: 'llama',
+  profileId: 'gemma3-270m-cpu@d1361b7f8b86', residentTokens: 711, pendingPrefillTokens: 0,
+  lastRequest: { ttftMs: 412.6, reusedTokens: 711, newTokens: 14, decodeTokens: 8, decodeTokensPerSecond: 7.9 },
+  index: { state: 'ready', files: 3 },
+};
+
+/** Everything one activation needs: fakes, the controller, the fake client. */
+async function activate(opts: {
+  config?: Record<string, unknown>;
+  env?: Record<string, string>;
+  found?: boolean;
+  setup?: (c: FakeClient) => void;
+} = {}) {
+  const fake = createFakeVscode({ config: opts.config, workspaceFolder: WS });
+  const { factory, clients } = fakeClientFactory((c) => {
+    c.handlers['contenox/status'] = () => STATUS;
+    c.handlers['contenox/explainContext'] = () => EXPLAIN;
+    c.handlers['contenox/listPins'] = () => ({ pins: [] });
+    opts.setup?.(c);
+  });
+  const whichCalls: string[] = [];
+  const subscriptions: { dispose(): unknown }[] = [];
+  const contenox: Contenox = await activateWith(
+    {
+      vscode: fake.vscode as any,
+      createClient: factory,
+      env: opts.env ?? { PATH: '/usr/bin' },
+      which: (cmd) => { whichCalls.push(cmd); return opts.found === false ? undefined : `/bin/${cmd}`; },
+    },
+    { subscriptions },
+  );
+  return { fake, clients, contenox, whichCalls, subscriptions, client: clients[0] };
+}
+
+const flush = () => new Promise((r) => setTimeout(r, 0));
+
+describe('activation', () => {
+  test('registers the commands, starts the client with settings as initializationOptions', async () => {
+    const { fake, client, contenox } = await activate({ config: { debounceMs: 500, model: '${workspaceFolder}/m.gguf' } });
+    for (const id of Object.values(COMMANDS)) assert.ok(fake.commands.has(id), `${id} registered`);
+    // The server's executeCommand ids belong to the language client; the extension must not take them.
+    for (const id of SERVER_COMMANDS) assert.ok(!fake.commands.has(id), `${id} left to the language client`);
+    assert.equal(client.started, 1);
+    assert.equal(client.spec.command, 'contenox-lsp');
+    assert.equal(client.spec.cwd, WS);
+    assert.deepEqual(client.spec.initializationOptions, {
+      debounceMs: 500, prefillOnIdle: true, maxTokens: 256, logLevel: 'info', model: `${WS}/m.gguf`,
+    });
+    assert.ok(client.hooks.documentSelector.some((s) => s.language === 'python' && s.scheme === 'file'));
+    await flush();
+    assert.match(fake.statusItem.text, /warm/);
+    assert.ok(fake.statusItem.shown);
+    assert.equal(fake.statusItem.command, COMMANDS.showStatus);
+    contenox.dispose();
+  });
+
+  test('a missing server shows an actionable error, no client, no exception', async () => {
+    const { fake, clients, contenox } = await activate({ found: false });
+    assert.equal(clients.length, 0);
+    const err = fake.messages.find((m) => m.level === 'error');
+    assert.ok(err, 'an error message is shown');
+    assert.match(err.text, /contenox-lsp.*not found on PATH/);
+    assert.match(err.text, /contenox\.server\.path/);
+    assert.doesNotMatch(err.text, /\n\s+at /, 'no stack trace');
+    assert.deepEqual(err.items, ['Open Settings', 'Show Log', 'Restart Server']);
+    assert.match(fake.statusItem.text, /off/);
+    // A command afterwards repeats the reason instead of failing obscurely.
+    fake.messages.length = 0;
+    assert.equal(await fake.run(COMMANDS.explainContext), undefined);
+    assert.match(fake.messages[0].text, /not found on PATH/);
+    contenox.dispose();
+  });
+
+  test('a server that fails to start is reported with its reason', async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => { c.startError = new Error('Pending response rejected since connection got disposed\n    at foo (x.js:1:1)'); },
+    });
+    const err = fake.messages.find((m) => m.level === 'error');
+    assert.ok(err);
+    assert.match(err.text, /failed to start: Pending response rejected/);
+    assert.doesNotMatch(err.text, /at foo/);
+    contenox.dispose();
+  });
+
+  test("a failed start reports the server's last stderr line", async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => {
+        c.startError = new Error('Pending response rejected since connection got disposed');
+        c.lastError = () => 'contenox-lsp: error: unrecognized arguments: --bogus';
+      },
+    });
+    const errs = fake.messages.filter((m) => m.level === 'error');
+    assert.equal(errs.length, 1, 'reported once');
+    assert.match(errs[0].text, /failed to start: contenox-lsp: error: unrecognized arguments: --bogus/);
+    contenox.dispose();
+  });
+
+  test('a server that dies for good is reported through onFatal', async () => {
+    const { fake, client, contenox } = await activate();
+    client.crash();
+    client.hooks.onFatal('Contenox: the language server "contenox-lsp" stopped 3 times');
+    assert.match(fake.statusItem.text, /off/);
+    assert.ok(fake.messages.some((m) => m.level === 'error' && /stopped 3 times/.test(m.text)));
+    contenox.dispose();
+  });
+
+  test('restart stops the old client and starts a new one', async () => {
+    const { fake, clients, contenox } = await activate();
+    assert.equal(await fake.run(COMMANDS.restartServer), true);
+    assert.equal(clients.length, 2);
+    assert.equal(clients[0].stopped, 1);
+    assert.equal(clients[1].started, 1);
+    contenox.dispose();
+  });
+});
+
+describe('commands', () => {
+  test('Explain Context focuses the view and lists the segments with totals', async () => {
+    const { fake, client, contenox } = await activate();
+    fake.openEditor(FILE, 'python', [3, 4]);
+    const result = await fake.run(COMMANDS.explainContext);
+    assert.equal(result.totalTokens, 780);
+    assert.ok(fake.executed.some((e) => e.id === 'contenox.context.focus'));
+    const req = client.sent.find((r) => r.method === 'contenox/explainContext');
+    assert.deepEqual(req?.params, { textDocument: { uri: FILE_URI }, position: { line: 3, character: 4 } });
+    const provider = fake.treeView.provider;
+    const nodes = provider.getChildren();
+    const items = nodes.map((n: unknown) => provider.getTreeItem(n));
+    assert.deepEqual(items.map((i: any) => i.label),
+      ['Total', 'system', 'tools', 'policy', 'repo map', 'pinned app.py:1-7', 'user', 'diff']);
+    assert.equal(items[1].description, '116 tokens · cached');
+    assert.equal(items[5].description, '53 tokens · new');
+    assert.equal(items[7].description, '9,000 tokens · evicted');
+    assert.equal(items[1].iconPath.id, 'pass-filled');
+    assert.equal(items[5].iconPath.id, 'circle-large-outline');
+    assert.match(items[0].description, /780 tokens · 711 cached · 69 new/);
+    assert.match(String(items[1].tooltip), /cache class: high/);
+    assert.equal(fake.treeView.description, '780 tokens · 711 cached · 69 new');
+    contenox.dispose();
+  });
+
+  test('Ask streams partial results into the panel and shows the final answer and metrics', async () => {
+    const pieces = ['It ', 'adds ', '`a` and `b`.'];
+    const { fake, client, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/ask'] = async (params) => {
+          for (const p of pieces) {
+            c.emitProgress(params.partialResultToken, { text: p });
+            await new Promise((r) => setTimeout(r, 5));
+          }
+          await new Promise((r) => setTimeout(r, 250)); // longer than the panel's render throttle
+          return { text: pieces.join(''), metrics: { ttftMs: 120, reusedTokens: 711, newTokens: 14, decodeTokens: 3, decodeTokensPerSecond: 8 } };
+        };
+      },
+    });
+    fake.openEditor(FILE, 'python', [0, 0], [1, 16]);
+    fake.inputAnswers.push('What does add do?');
+    const result = await fake.run(COMMANDS.ask);
+    assert.equal(result.text, 'It adds `a` and `b`.');
+    const req = client.sent.find((r) => r.method === 'contenox/ask')!;
+    assert.equal(req.params.question, 'What does add do?');
+    assert.deepEqual(req.params.textDocument, { uri: FILE_URI });
+    assert.deepEqual(req.params.range, { start: { line: 0, character: 0 }, end: { line: 1, character: 16 } });
+    assert.equal(typeof req.params.partialResultToken, 'string');
+    assert.ok(!('maxTokens' in req.params), 'the server default (initializationOptions) applies');
+    assert.equal(client.progressListeners(req.params.partialResultToken), 0, 'progress listener disposed');
+    const panel = fake.panels[0];
+    assert.equal(panel.title, 'Contenox: Ask');
+    const final = panel.html[panel.html.length - 1];
+    assert.match(final, /It adds `a` and `b`\./);
+    assert.match(final, /TTFT 120 ms/);
+    assert.match(final, /Content-Security-Policy/);
+    // While streaming, partial text was rendered (coalesced) before the final page.
+    assert.ok(fake.renderedMarkdown.some((md) => md.includes('It ') && !md.includes('TTFT')),
+      'a partial answer was rendered');
+    assert.equal(fake.progressRuns[0].cancellable, true);
+    contenox.dispose();
+  });
+
+  test('Ask with a question argument and maxTokens skips the input box', async () => {
+    const { fake, client, contenox } = await activate({
+      setup: (c) => { c.handlers['contenox/ask'] = () => ({ text: 'ok', metrics: {} }); },
+    });
+    const r = await fake.run(COMMANDS.ask, { question: 'hi', maxTokens: 4 });
+    assert.equal(r.text, 'ok');
+    const req = client.sent.find((x) => x.method === 'contenox/ask')!;
+    assert.equal(req.params.maxTokens, 4);
+    assert.ok(!('textDocument' in req.params), 'no editor → no document');
+    contenox.dispose();
+  });
+
+  test('an empty question does nothing', async () => {
+    const { fake, client, contenox } = await activate();
+    fake.inputAnswers.push('');
+    assert.equal(await fake.run(COMMANDS.ask), undefined);
+    assert.ok(!client.sent.some((x) => x.method === 'contenox/ask'));
+    contenox.dispose();
+  });
+
+  test('Cancel Ask cancels the request token; the panel says cancelled, no error shown', async () => {
+    let started!: () => void;
+    const running = new Promise<void>((r) => { started = r; });
+    const { fake, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/ask'] = (params, req) => new Promise((_resolve, reject) => {
+          c.emitProgress(params.partialResultToken, { text: 'partial' });
+          req.token!.onCancellationRequested(() => reject(Object.assign(new Error('Request cancelled'), { code: -32800 })));
+          started();
+        });
+      },
+    });
+    const pending = fake.run(COMMANDS.ask, 'long question');
+    await running;
+    assert.equal(await fake.run(COMMANDS.cancelAsk), true);
+    assert.equal(await pending, undefined);
+    const panel = fake.panels[0];
+    assert.match(panel.html[panel.html.length - 1], /Cancelled/);
+    assert.match(panel.html[panel.html.length - 1], /partial/);
+    assert.ok(!fake.messages.some((m) => m.level === 'error'));
+    assert.equal(await fake.run(COMMANDS.cancelAsk), false, 'nothing left to cancel');
+    contenox.dispose();
+  });
+
+  test('the progress notification Cancel button cancels too', async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/ask'] = (_p, req) => new Promise((_res, reject) => {
+          req.token!.onCancellationRequested(() => reject(Object.assign(new Error('x'), { code: -32800 })));
+        });
+      },
+    });
+    const pending = fake.run(COMMANDS.ask, 'q');
+    await flush();
+    fake.progressRuns[0].cancel();
+    assert.equal(await pending, undefined);
+    assert.ok(!fake.messages.some((m) => m.level === 'error'));
+    contenox.dispose();
+  });
+
+  test('a server error is shown as one readable line with its stable code', async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/ask'] = () => {
+          throw Object.assign(new Error('model file not found: /x.gguf\nTraceback ...'), { code: -32004, data: { code: 'model_not_found' } });
+        };
+      },
+    });
+    assert.equal(await fake.run(COMMANDS.ask, 'q'), undefined);
+    const err = fake.messages.find((m) => m.level === 'error')!;
+    assert.equal(err.text, 'Contenox: Ask failed: model file not found: /x.gguf [model_not_found]');
+    assert.match(fake.panels[0].html.at(-1)!, /model file not found/);
+    contenox.dispose();
+  });
+
+  test('Pin File pins the active file (selection → range) and Unpin File removes its pins', async () => {
+    const { fake, client, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/pin'] = (p) => ({ pinned: true, pin: { uri: p.uri, range: null, label: 'app.py', tokens: 36 } });
+        c.handlers['contenox/unpin'] = () => ({ removed: 1 });
+      },
+    });
+    fake.openEditor(FILE);
+    const r = await fake.run(COMMANDS.pinFile);
+    assert.equal(r.pinned, true);
+    assert.deepEqual(client.sent.find((x) => x.method === 'contenox/pin')!.params, { uri: FILE_URI });
+    assert.ok(fake.messages.some((m) => m.text === 'Contenox: pinned app.py (36 tokens).'));
+
+    fake.openEditor(FILE, 'python', [2, 0], [4, 3]);
+    await fake.run(COMMANDS.pinFile);
+    assert.deepEqual(client.sent.filter((x) => x.method === 'contenox/pin')[1].params.range,
+      { start: { line: 2, character: 0 }, end: { line: 4, character: 3 } });
+
+    // From the Explorer: the clicked file, no range.
+    await fake.run(COMMANDS.pinFile, fake.vscode.Uri.file(`${WS}/other.py`));
+    assert.deepEqual(client.sent.filter((x) => x.method === 'contenox/pin')[2].params, { uri: `file://${WS}/other.py` });
+
+    const u = await fake.run(COMMANDS.unpinFile);
+    assert.equal(u.removed, 1);
+    assert.deepEqual(client.sent.find((x) => x.method === 'contenox/unpin')!.params, { uri: FILE_URI });
+    assert.ok(fake.messages.some((m) => m.text === 'Contenox: removed 1 pin.'));
+    contenox.dispose();
+  });
+
+  test('Pin File without a file asks for one', async () => {
+    const { fake, client, contenox } = await activate();
+    assert.equal(await fake.run(COMMANDS.pinFile), undefined);
+    assert.ok(fake.messages.some((m) => m.level === 'warning' && /open a file/.test(m.text)));
+    assert.ok(!client.sent.some((x) => x.method === 'contenox/pin'));
+    contenox.dispose();
+  });
+
+  test('Show Status lists state, model, tokens and pins, with actions', async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => { c.handlers['contenox/listPins'] = () => ({ pins: [{ uri: FILE_URI, range: null, label: 'app.py', tokens: 36 }] }); },
+    });
+    const s = await fake.run(COMMANDS.showStatus);
+    assert.equal(s.state, 'warm');
+    const qp = fake.quickPicks[0];
+    const byLabel = Object.fromEntries(qp.items.map((i: any) => [i.label, i.description]));
+    assert.equal(byLabel.State, 'warm');
+    assert.equal(byLabel.Model, '/cache/gemma-3-270m-it-Q4_K_M.gguf');
+    assert.equal(byLabel['Resident tokens'], '711');
+    assert.equal(byLabel.Pins, 'app.py (36 tok)');
+    assert.ok(qp.items.some((i: any) => i.run === COMMANDS.restartServer));
+    contenox.dispose();
+  });
+
+  test('the context view refreshes after an edit (debounced) while visible', async () => {
+    const { fake, client, contenox } = await activate({ config: { debounceMs: 0 } });
+    fake.openEditor(FILE);
+    const count = () => client.sent.filter((x) => x.method === 'contenox/explainContext').length;
+    fake.docChanges.fire({ document: { uri: fake.vscode.Uri.file(FILE), languageId: 'python' }, contentChanges: [{}] });
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(count(), 0, 'hidden view → no refresh');
+    fake.treeView.visible = true;
+    fake.treeVisibility.fire({ visible: true });
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(count(), 1, 'becoming visible refreshes');
+    fake.docChanges.fire({ document: { uri: fake.vscode.Uri.file(FILE), languageId: 'python' }, contentChanges: [{}] });
+    fake.docChanges.fire({ document: { uri: fake.vscode.Uri.file(FILE), languageId: 'python' }, contentChanges: [{}] });
+    await new Promise((r) => setTimeout(r, 400));
+    assert.equal(count(), 2, 'two quick edits → one refresh');
+    contenox.dispose();
+  });
+
+  test('a settings change offers a restart', async () => {
+    const { fake, contenox } = await activate();
+    fake.configChanges.fire({ affectsConfiguration: (s: string) => s === 'contenox' || s === 'contenox.model' });
+    assert.ok(fake.messages.some((m) => /restart the language server/.test(m.text) && m.items[0] === 'Restart Server'));
+    contenox.dispose();
+  });
+
+  test('a settings change starts a server that was not running', async () => {
+    let found = false;
+    const fake = createFakeVscode({ workspaceFolder: WS });
+    const { factory, clients } = fakeClientFactory((c) => { c.handlers['contenox/status'] = () => STATUS; });
+    const contenox = await activateWith(
+      { vscode: fake.vscode as any, createClient: factory, env: {}, which: (cmd) => (found ? cmd : undefined) },
+      { subscriptions: [] },
+    );
+    assert.equal(clients.length, 0);
+    found = true;
+    fake.config['server.path'] = '/opt/contenox-lsp';
+    fake.configChanges.fire({ affectsConfiguration: (s: string) => s === 'contenox' || s.startsWith('contenox.server') });
+    await flush();
+    assert.equal(clients.length, 1);
+    assert.equal(clients[0].spec.command, '/opt/contenox-lsp');
+    assert.equal(clients[0].started, 1);
+    contenox.dispose();
+  });
+
+  test('dispose through the extension context stops the client', async () => {
+    const { client, subscriptions } = await activate();
+    subscriptions.forEach((s) => s.dispose());
+    await flush();
+    assert.equal(client.stopped, 1);
+  });
+});
+
+describe('settings', () => {
+  const env = { PATH: '/usr/bin' };
+  test('default: contenox-lsp on PATH', () => {
+    const s = resolveLaunch(DEFAULT_SETTINGS, env, WS);
+    assert.deepEqual([s.command, s.args, s.source], ['contenox-lsp', [], 'PATH']);
+  });
+  test('server.path wins, then pythonPath, then CONTENOX_LSP_COMMAND', () => {
+    const e = { ...env, CONTENOX_LSP_COMMAND: 'python3 -m contenox_lsp.cli' };
+    assert.deepEqual(resolveLaunch(DEFAULT_SETTINGS, e, WS).command, 'python3');
+    assert.deepEqual(resolveLaunch(DEFAULT_SETTINGS, e, WS).args, ['-m', 'contenox_lsp.cli']);
+    const py = resolveLaunch({ ...DEFAULT_SETTINGS, pythonPath: '${workspaceFolder}/.venv/bin/python' }, e, WS);
+    assert.deepEqual([py.command, py.args, py.source], [`${WS}/.venv/bin/python`, ['-m', 'contenox_lsp'], 'server.pythonPath']);
+    const sp = resolveLaunch({ ...DEFAULT_SETTINGS, serverPath: '/opt/cx/contenox-lsp', pythonPath: 'x', serverArgs: ['--log-level', 'debug'] }, e, WS);
+    assert.deepEqual([sp.command, sp.args, sp.source], ['/opt/cx/contenox-lsp', ['--log-level', 'debug'], 'server.path']);
+  });
+  test('initializationOptions carry only the options the server knows', () => {
+    assert.deepEqual(initializationOptions(DEFAULT_SETTINGS, WS),
+      { debounceMs: 300, prefillOnIdle: true, maxTokens: 256, logLevel: 'info' });
+    assert.deepEqual(initializationOptions({ ...DEFAULT_SETTINGS, profile: 'p.toml', prefillOnIdle: false }, WS),
+      { debounceMs: 300, prefillOnIdle: false, maxTokens: 256, logLevel: 'info', profile: 'p.toml' });
+  });
+  test('which finds executables on PATH and checks explicit paths', () => {
+    assert.ok(which('node', process.env));
+    assert.equal(which('definitely-not-a-command-xyz', process.env), undefined);
+    assert.equal(which('/nonexistent/contenox-lsp', process.env), undefined);
+    assert.equal(which(process.execPath, process.env), process.execPath);
+  });
+});
+
+describe('format', () => {
+  test('explain view and table', () => {
+    const v = explainView(EXPLAIN);
+    assert.equal(v.rows.length, 7);
+    assert.equal(v.rows.filter((r) => r.status === 'cached').length, 4);
+    const table = explainTable(EXPLAIN);
+    assert.match(table, /^system:\s+116 tokens\s+cached$/m);
+    assert.match(table, /^user:\s+16 tokens\s+new$/m);
+  });
+  test('status bar: model, state, resident, pending, TTFT', () => {
+    const v = statusBarView({ ...STATUS, pendingPrefillTokens: 120 }, true);
+    assert.equal(v.text, '$(zap) gemma-3-270m-it-Q4_K_M · warm · 711 tok · +120 pending · TTFT 413 ms');
+    assert.equal(statusBarView(undefined, false).text, '$(circle-slash) Contenox: off');
+    assert.equal(statusBarView({ ...STATUS, state: 'error', error: 'boom' }, true).isError, true);
+    assert.equal(shortModel(null), undefined);
+  });
+  test('errors: cancelled, coded, connection', () => {
+    assert.equal(describeError({ code: -32800, message: 'x' }).cancelled, true);
+    assert.equal(describeError({ code: -32602, message: 'Invalid params: /etc/passwd is outside the workspace' }).message,
+      'Invalid params: /etc/passwd is outside the workspace');
+    assert.match(describeError(new Error('Connection got disposed.')).message, /not running/);
+  });
+});
