@@ -27,6 +27,9 @@ FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
 BOS_POLICIES = ("add", "none")
 BACKENDS = ("llama", "openvino")
+OV_DEVICES = ("CPU", "GPU", "NPU")
+OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")
+OV_INFERENCE_PRECISIONS = ("auto", "f32", "f16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,63 @@ FIELDS: tuple[FieldSpec, ...] = (
         _int_range(0),
         "an integer >= 0",
         "disk budget for snapshots",
+    ),
+    # [openvino]: read only by the OpenVINO GenAI backend (backend = "openvino").
+    FieldSpec(
+        "openvino",
+        "model_dir",
+        "",
+        _is_str,
+        "an OpenVINO IR folder (empty = the cached int8 conversion of model.path)",
+        "OpenVINO model folder (openvino_model.xml + tokenizer/detokenizer)",
+    ),
+    FieldSpec(
+        "openvino",
+        "device",
+        "CPU",
+        _one_of(*OV_DEVICES),
+        " | ".join(OV_DEVICES),
+        "OpenVINO device",
+    ),
+    FieldSpec(
+        "openvino",
+        "kv_cache_precision",
+        "auto",
+        _one_of(*OV_KV_PRECISIONS),
+        " | ".join(OV_KV_PRECISIONS),
+        "KV_CACHE_PRECISION (auto = the plugin's default)",
+    ),
+    FieldSpec(
+        "openvino",
+        "inference_precision_hint",
+        "auto",
+        _one_of(*OV_INFERENCE_PRECISIONS),
+        " | ".join(OV_INFERENCE_PRECISIONS),
+        "INFERENCE_PRECISION_HINT (auto = the plugin's default)",
+    ),
+    FieldSpec(
+        "openvino",
+        "cache_size_gb",
+        1,
+        _int_range(1, 1024),
+        "an integer 1..1024",
+        "KV cache size of the continuous-batching scheduler, GB",
+    ),
+    FieldSpec(
+        "openvino",
+        "max_num_batched_tokens",
+        2048,
+        _int_range(1),
+        "an integer >= 1",
+        "tokens per scheduler step (prefill chunk)",
+    ),
+    FieldSpec(
+        "openvino",
+        "dynamic_split_fuse",
+        True,
+        _is_bool,
+        "true | false",
+        "split long prompts across scheduler steps",
     ),
 )
 

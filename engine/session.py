@@ -69,6 +69,10 @@ def open_session(profile: Profile | None = None) -> Session:
         from engine.llama.session import LlamaSession
 
         return LlamaSession.open(profile)
+    if profile.backend == "openvino":
+        from engine.openvino.session import OpenVinoSession
+
+        return OpenVinoSession.open(profile)
     raise UnsupportedCapabilityError(
         f"backend {profile.backend!r} is not available in this build", backend=profile.backend
     )
