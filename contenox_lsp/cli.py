@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(show)
     show.add_argument("--json", action="store_true")
 
+    from engine.openvino.convert import add_model_cli
+
+    add_model_cli(sub)
+
     bench = sub.add_parser("bench", help="measure the warm session against the baselines")
     _add_common(bench)
     bench.add_argument("--workspace", metavar="DIR", help="repository for the edit-trace replay")
@@ -283,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "model":
+            from engine.openvino.convert import run as run_model_convert
+
+            return run_model_convert(args)
     except EngineError as exc:
         _print_error(exc, getattr(args, "json", False))
         return EXIT_ERROR

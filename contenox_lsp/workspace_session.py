@@ -149,7 +149,7 @@ class WorkspaceTurn:
         live, _ = asm.reuse_against_resident(
             self.session.resident_tokens, self.session.resident_identity
         )
-        snap = self._best_snapshot(asm)
+        snap = self._best_snapshot(asm) if self.session.capabilities.get("snapshots") else None
         if snap is not None and snap.key.n_tokens > live:
             return snap.key.n_tokens, "snapshot"
         return live, "resident" if live else "none"
@@ -199,7 +199,8 @@ class WorkspaceTurn:
         t_work = time.perf_counter()
         live, _ = asm.reuse_against_resident(s.resident_tokens, s.resident_identity)
         restored = 0
-        snap = self.store.find_best(s.identity, asm)
+        snapshots = s.capabilities.get("snapshots", False)
+        snap = self.store.find_best(s.identity, asm) if snapshots else None
         if snap is not None and snap.key.n_tokens > live:
             try:
                 s.load_snapshot(snap.path)
@@ -212,7 +213,7 @@ class WorkspaceTurn:
         stable_saved = False
         new_tokens = 0
         prefill_ms = 0.0
-        if asm.stable_end > 0 and self.store.get(stable_key) is None:
+        if snapshots and asm.stable_end > 0 and self.store.get(stable_key) is None:
             # Prefill the stable prefix alone first so its snapshot holds exactly A–F.
             r = s.prefill(asm.tokens[: asm.stable_end])
             new_tokens += r.new_tokens
