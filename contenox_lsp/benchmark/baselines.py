@@ -1,0 +1,149 @@
+"""Systems c and d of the edit-trace replay, fed the prompts the server assembled.
+
+c. A fresh llama.cpp context per request (an in-process server without cache management):
+   context creation + full prefill + the first token, every ask.
+d. llama-cpp-python's high-level ``Llama`` with its built-in longest-common-prefix reuse, fed
+   the same text in the order common editor plugins use: the current file and cursor context
+   first, then the other snippets (system prompt, tools, repo map, pins, diff), the question
+   last.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from contenox_lsp.benchmark.bare import _FLASH, _KV_TYPES, BareContext, BareModel
+
+Tokenize = Callable[[str, bool], list[int]]
+Segments = Sequence[dict[str, Any]]
+
+
+def tokenize_with(model: BareModel) -> Tokenize:
+    import llama_cpp
+
+    def tokenize(text: str, special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(model.vocab, data, len(data), buf, cap, False, special)
+            if n >= 0:
+                return list(buf[:n])
+            cap = -n
+
+    return tokenize
+
+
+def _split_marker(text: str, marker: str, at_start: bool) -> tuple[str, str]:
+    if not marker:
+        return "", text
+    if at_start and text.startswith(marker):
+        return marker, text[len(marker):]
+    if not at_start and text.endswith(marker):
+        return text[: -len(marker)], marker
+    return ("", text) if at_start else (text, "")
+
+
+def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open: str,
+                   fmt_close: str) -> list[int]:
+    """The server's prompt: segments in order, markers special, content plain."""
+    out: list[int] = [] if bos is None else [bos]
+    for i, seg in enumerate(segments):
+        text = seg["text"]
+        if i == 0:
+            marker, text = _split_marker(text, fmt_open, at_start=True)
+            out += tok(marker, True) if marker else []
+        if i == len(segments) - 1:
+            body, marker = _split_marker(text, fmt_close, at_start=False)
+            out += tok(body, False) + (tok(marker, True) if marker else [])
+        else:
+            out += tok(text, False)
+    return out
+
+
+def editor_order(segments: Segments, question: str, tok: Tokenize, bos: int | None,
+                 fmt_open: str, fmt_close: str) -> list[int]:
+    """The same text, current file and cursor context first, then the other snippets."""
+    first, rest = segments[0]["text"], [s["text"] for s in segments[1:-1]]
+    marker, system_text = _split_marker(first, fmt_open, at_start=True)
+    user_body, close = _split_marker(segments[-1]["text"], fmt_close, at_start=False)
+    cut = user_body.find("Question: " + question.splitlines()[0])
+    current, ask = (user_body[:cut], user_body[cut:]) if cut >= 0 else ("", user_body)
+    out: list[int] = [] if bos is None else [bos]
+    out += tok(marker, True) if marker else []
+    for text in [current, system_text, *rest, ask]:
+        out += tok(text, False) if text else []
+    out += tok(close, True) if close else []
+    return out
+
+
+def run_fresh_context(model: BareModel, prompts: Sequence[list[int]],
+                      on_step: Callable[[str], None]) -> list[dict[str, Any]]:
+    """System c: a new context for every ask."""
+    rows = []
+    for i, tokens in enumerate(prompts):
+        t0 = time.perf_counter()
+        ctx = BareContext(model)
+        try:
+            prefill_ms = ctx.prefill(tokens)
+            ctx.greedy()
+            ttft = (time.perf_counter() - t0) * 1000.0
+        finally:
+            ctx.close()
+        rows.append({"ttft_ms": ttft, "prefill_ms": prefill_ms, "context_ms": ctx.create_ms,
+                     "prompt_tokens": len(tokens), "reused_tokens": 0,
+                     "new_tokens": len(tokens)})
+        on_step(f"trace c: ask {i + 1}/{len(prompts)}")
+    return rows
+
+
+def run_llama_high_level(model_path: str, profile: Any, prompts: Sequence[list[int]],
+                         max_tokens: int, on_step: Callable[[str], None]) -> list[dict[str, Any]]:
+    """System d: one persistent ``Llama``, its generate() reusing the longest common prefix."""
+    import os
+
+    from llama_cpp import Llama
+
+    cores = os.cpu_count() or 1
+    llm = Llama(
+        model_path=model_path,
+        n_gpu_layers=int(profile.get("context.n_gpu_layers")),
+        n_ctx=profile.n_ctx,
+        n_batch=profile.n_batch,
+        n_ubatch=int(profile.get("context.n_ubatch")),
+        n_threads=int(profile.get("context.n_threads")) or cores,
+        n_threads_batch=int(profile.get("context.n_threads_batch")) or cores,
+        flash_attn=_FLASH[str(profile.get("context.flash_attn"))] == 1,
+        swa_full=bool(profile.get("context.swa_full")),
+        type_k=_KV_TYPES[str(profile.get("context.type_k"))],
+        type_v=_KV_TYPES[str(profile.get("context.type_v"))],
+        seed=int(profile.get("context.seed")),
+        verbose=False,
+    )
+    rows = []
+    try:
+        for i, tokens in enumerate(prompts):
+            cached = list(llm.input_ids[: llm.n_tokens])
+            lcp = 0
+            for a, b in zip(cached, tokens, strict=False):
+                if a != b:
+                    break
+                lcp += 1
+            reused = min(lcp, len(tokens) - 1)
+            t0 = time.perf_counter()
+            gen = llm.generate(tokens, temp=0.0, top_k=1, repeat_penalty=1.0)
+            ttft = 0.0
+            for n, _tok in enumerate(gen):
+                if n == 0:
+                    ttft = (time.perf_counter() - t0) * 1000.0
+                if n + 1 >= max_tokens:
+                    break
+            gen.close()
+            rows.append({"ttft_ms": ttft, "prompt_tokens": len(tokens),
+                         "reused_tokens": reused, "new_tokens": len(tokens) - reused})
+            on_step(f"trace d: ask {i + 1}/{len(prompts)}")
+    finally:
+        llm.close()
+    return rows

@@ -1,0 +1,103 @@
+"""Sizes and repetition counts of each mode (``--quick``, default, ``--full``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+#: Step kinds of the edit trace, in script order (see ``trace_script``).
+TRACE_STEPS_DEFAULT = ("open", "body_edit", "body_edit_2", "signature", "pin", "test_output",
+                       "body_edit_3")
+TRACE_STEPS_QUICK = ("open", "body_edit", "signature", "pin", "test_output")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    steps: tuple[str, ...] = TRACE_STEPS_DEFAULT
+    repo_map_tokens: int = 1024  # the server's default
+    max_tokens: int = 8  # answer length of each ask (TTFT does not depend on it)
+    idle_gap_s: float = 5.0  # quiet time between the last edit and the ask
+    keystroke_s: float = 0.06  # one didChange per typed character at this interval
+    debounce_ms: int = 300  # the server's default
+    startup_timeout_s: float = 900.0  # hang guard while a server loads/warms, not a timing
+    ask_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    mode: str
+    n_ctx: int
+    reps: int  # repetitions of warm / cheap measurements
+    cold_reps: int  # repetitions of long cold prefills (curve, scaling)
+    runtime_prefix: int  # stable prefix of the runtime report (the 2k snapshot goal)
+    runtime_suffix: int  # changed suffix of the runtime report
+    overhead_tokens: int  # prompt of the engine-vs-bare-loop pairs
+    overhead_pairs: int  # interleaved (engine, bare) pairs: a paired ratio resists drift
+    greedy_tokens: int  # tokens compared by each warm == cold check
+    decode_tokens: int  # tokens generated for decode tokens/s
+    curve_prefix: int
+    curve_points: tuple[int, ...]
+    scaling_sizes: tuple[int, ...]
+    scaling_question: int  # tokens of the user turn asked after each stable context
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT = BenchConfig(
+    mode="default",
+    n_ctx=10240,  # the 8k scaling point plus its question and answer
+    reps=3,
+    cold_reps=2,
+    runtime_prefix=2048,
+    runtime_suffix=128,
+    overhead_tokens=1024,
+    overhead_pairs=4,
+    greedy_tokens=8,
+    decode_tokens=32,
+    curve_prefix=2048,
+    curve_points=(0, 256, 1024, 4096),
+    scaling_sizes=(1024, 2048, 4096, 8192),
+    scaling_question=64,
+)
+
+QUICK = replace(
+    DEFAULT,
+    mode="quick",
+    n_ctx=4096,
+    reps=2,
+    cold_reps=1,
+    runtime_prefix=512,
+    runtime_suffix=64,
+    overhead_tokens=512,
+    overhead_pairs=2,
+    greedy_tokens=4,
+    decode_tokens=8,
+    curve_prefix=512,
+    curve_points=(0, 128, 512),
+    scaling_sizes=(512, 1024),
+    scaling_question=32,
+    trace=TraceConfig(
+        steps=TRACE_STEPS_QUICK,
+        repo_map_tokens=256,
+        max_tokens=4,
+        idle_gap_s=2.5,
+        keystroke_s=0.03,
+    ),
+)
+
+FULL = replace(
+    DEFAULT,
+    mode="full",
+    n_ctx=20480,  # 2k prefix + 16k suffix + answer
+    curve_points=(0, 256, 1024, 4096, 8192, 16384),
+)
+
+
+def for_mode(quick: bool, full: bool) -> BenchConfig:
+    if quick:
+        return QUICK
+    if full:
+        return FULL
+    return DEFAULT

@@ -1,0 +1,181 @@
+"""``contenox-lsp bench``: run the four sections and write report.json, report.md and plots."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import platform
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("contenox.bench")
+
+EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
+SECTIONS = ("runtime", "curve", "trace", "scaling")
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _section(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one section; a failure is recorded in the report and the others still run."""
+    try:
+        return fn()
+    except Exception as exc:
+        log.exception("bench section %s failed", name)
+        return {"status": f"failed: {type(exc).__name__}: {exc}"}
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if not _have_matplotlib():
+        print("contenox-lsp bench: matplotlib is required for the plots; install it with "
+              "`pip install 'contenox-lsp[bench]'` (or `pip install matplotlib`)",
+              file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
+
+    from contenox_lsp.benchmark import curve, goals, plots, report, runtime, scaling, trace
+    from contenox_lsp.benchmark.bare import BareModel
+    from contenox_lsp.benchmark.config import for_mode
+    from contenox_lsp.benchmark.corpus import Corpus
+    from contenox_lsp.benchmark.profile_file import bench_profile, write_toml
+    from contenox_lsp.benchmark.progress import Progress
+    from engine import open_session
+    from engine.model_files import resolve_model_path
+
+    if getattr(args, "log_level", "warning") in (None, "warning"):
+        # Known llama.cpp notices (one "full-size SWA cache" per context of system c) would
+        # bury the progress bar; --log-level info/debug shows them again.
+        logging.getLogger("contenox.llama_cpp").setLevel(logging.ERROR)
+    cfg = for_mode(bool(getattr(args, "quick", False)), bool(getattr(args, "full", False)))
+    profile, overrides = bench_profile(getattr(args, "profile", None),
+                                       getattr(args, "model", None), cfg.n_ctx)
+    out = Path(getattr(args, "out", None) or "bench/out")
+    out.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    load0 = _loadavg()
+    progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
+                        + trace.planned_units(cfg) + scaling.planned_units(cfg))
+    sections: dict[str, dict[str, Any]] = {}
+    facts: dict[str, Any] = {"model": "?"}
+
+    def write(missing: str, final: bool) -> dict[str, Any]:
+        # Written after every section too, so an interrupted run keeps what it measured.
+        done = {n: sections.get(n, {"status": f"not run: {missing}"}) for n in SECTIONS}
+        result: dict[str, Any] = {
+            "schema_version": report.SCHEMA_VERSION,
+            "tool": "contenox-lsp bench",
+            "mode": cfg.mode,
+            "started_at": started,
+            "duration_s": time.perf_counter() - t0,
+            "machine": {
+                "cpu_count": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "loadavg_start": load0,
+                "loadavg_end": _loadavg(),
+            },
+            "profile": profile.to_dict() | {"model": facts["model"],
+                                            "bench_overrides": overrides},
+            "config": cfg.to_dict(),
+            "sections": done,
+            "goals": goals.evaluate(done),
+            "plots": _plots(plots, done, out) if final else {},
+        }
+        report.write_json(result, out / "report.json")
+        (out / "report.md").write_text(report.markdown(result), encoding="utf-8")
+        return result
+
+    def run_section(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        sections[name] = _section(name, fn)
+        write("pending (the run is still going, or stopped before this section)", final=False)
+
+    # SIGTERM (a CI timeout, kill) ends the run like Ctrl-C: the partial report is written.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="contenox-bench-") as tmp_name:
+            tmp = Path(tmp_name)
+            model_path = str(resolve_model_path(profile))
+            progress.note("loading the model")
+            with open_session(profile) as session:
+                facts["model"] = str(getattr(session, "model_description", model_path))
+                corpus = Corpus(session)
+                bare_model = BareModel(model_path, profile)
+                try:
+                    run_section("runtime", lambda: runtime.run(
+                        session, bare_model, corpus, cfg, tmp, progress))
+                finally:
+                    bare_model.close()
+                step_ms = _decode_step_ms(sections["runtime"])
+                run_section("curve", lambda: curve.run(session, corpus, cfg, step_ms, progress))
+            # The servers of the trace load their own model: this session is closed meanwhile.
+            profile_file = write_toml(profile, tmp / "bench-profile.toml")
+            run_section("trace", lambda: trace.run(
+                cfg, profile, profile_file, model_path, getattr(args, "workspace", None), out,
+                tmp, progress))
+            with open_session(profile) as session:
+                corpus = Corpus(session)
+                run_section("scaling", lambda: scaling.run(session, corpus, cfg, tmp, progress))
+    except KeyboardInterrupt:
+        write("interrupted", final=True)
+        print(f"contenox-lsp bench: interrupted; partial report in {out / 'report.md'}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    progress.close()
+    result = write("skipped", final=True)
+
+    failed = [n for n in SECTIONS if str(sections[n].get("status", "")).startswith("failed")]
+    met = sum(1 for g in result["goals"] if g["met"])
+    ok = sum(1 for n in SECTIONS if sections[n].get("status") == "ok")
+    print(f"contenox-lsp bench ({cfg.mode}): {ok}/{len(SECTIONS)} sections ok, "
+          f"{met}/{len(result['goals'])} goals met; report in {out / 'report.md'}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _decode_step_ms(runtime_section: dict[str, Any]) -> float | None:
+    for row in runtime_section.get("rows", []):
+        if row["name"] == "decode" and row["step_ms"]["n"]:
+            return float(row["step_ms"]["median"])
+    return None
+
+
+def _plots(plots: Any, sections: dict[str, dict[str, Any]], out: Path) -> dict[str, str]:
+    made: dict[str, str] = {}
+    for name, fn in (("curve", plots.curve), ("trace", plots.trace),
+                     ("scaling", plots.scaling)):
+        if sections[name].get("status") != "ok":
+            continue
+        try:
+            fn(sections[name], out / f"{name}.png")
+            made[name] = f"{name}.png"
+        except Exception:
+            log.exception("plot %s failed", name)
+    return made

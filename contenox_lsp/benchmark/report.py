@@ -1,0 +1,207 @@
+"""report.json (the schema in bench/README.md) and report.md (tables)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def _r0(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0f}"
+
+
+def _r3(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def _stat(s: dict[str, Any] | None, fmt: Any = _ms) -> str:
+    """'median (min–max, n=N)'."""
+    if not s or not s.get("n"):
+        return "–"
+    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}, n={s['n']})"
+
+
+def _tok(t: dict[str, int] | None) -> str:
+    return "–" if not t else f"{t['reused']} / {t['new']}"
+
+
+def _met(v: bool | None) -> str:
+    return {True: "**met**", False: "**not met**", None: "not measured"}[v]
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return [*out, ""]
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    lines = [
+        "# contenox-lsp bench report",
+        "",
+        f"Mode `{r['mode']}`, {r['started_at']}, {r['duration_s']:.0f} s. "
+        f"{m['cpu_count']} CPUs, load average {m['loadavg_start']} at start and "
+        f"{m['loadavg_end']} at the end (other work on the machine slows every system alike). "
+        f"Profile `{r['profile']['profile_id']}`, model {r['profile']['model']}; "
+        f"n_ctx {r['profile']['values'].get('context.n_ctx')}, n_batch "
+        f"{r['profile']['values'].get('context.n_batch')}, flash_attn "
+        f"{r['profile']['values'].get('context.flash_attn')}. Timings are medians "
+        "(min–max, n = repetitions); ratios come from this run only.",
+        "",
+        "## Goals",
+        "",
+    ]
+    lines += _table(["goal", "measured", "status"],
+                    [[g["goal"], g["measured"] + (f" — {g['note']}" if g["note"] else ""),
+                      _met(g["met"])] for g in r["goals"]])
+    s = r["sections"]
+    lines += _runtime(s["runtime"]) + _curve(s["curve"]) + _trace(s["trace"])
+    lines += _scaling(s["scaling"])
+    if r.get("plots"):
+        lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
+    return "\n".join(lines)
+
+
+def _status(title: str, sec: dict[str, Any]) -> list[str] | None:
+    if sec.get("status") == "ok":
+        return None
+    return [f"## {title}", "", f"Section {sec.get('status', 'not run')}.", ""]
+
+
+def _runtime(sec: dict[str, Any]) -> list[str]:
+    head = _status("1. Runtime report", sec)
+    if head:
+        return head
+    out = ["## 1. Runtime report", "",
+           f"Stable prefix {sec['prefix_tokens']} tokens, changed suffix {sec['suffix_tokens']} "
+           f"tokens; warm == cold compares {sec['greedy_tokens']} greedy tokens with a cold run "
+           f"of the same prompt. Cold TTFT of the full prompt: "
+           f"{_ms(sec['cold_full_prompt_ttft_ms'])} ms.", ""]
+    rows = []
+    for row in sec["rows"]:
+        extra = ""
+        if "tokens_per_s" in row:
+            extra = _stat(row["tokens_per_s"], lambda x: _num(x, 1)) + " tokens/s"
+        if row.get("bytes") is not None:
+            extra = f"{row['bytes'] / 2**20:.1f} MiB"
+        if row["name"] == "snapshot_restore":
+            extra += f"; re-prefill {_stat(row['reprefill_ms'])} ms"
+        if row["name"] == "decode":
+            extra += f"; step {_stat(row['step_ms'])} ms"
+        rows.append([row["label"], _tok(row.get("tokens")), _stat(row.get("ms")),
+                     _stat(row.get("ttft_ms")), extra, row["check"]])
+    oh = sec.get("overhead")
+    if oh:
+        rows.append([f"engine cold prefill, paired ({oh['tokens']} tokens)",
+                     f"0 / {oh['tokens']}", _stat(oh["engine_ms"]), "–",
+                     _stat(oh["engine_tokens_per_s"], lambda x: _num(x, 1)) + " tokens/s", "n/a"])
+        rows.append([f"bare llama-cpp-python loop, paired ({oh['tokens']} tokens)",
+                     f"0 / {oh['tokens']}", _stat(oh["bare_ms"]), "–",
+                     _stat(oh["bare_tokens_per_s"], lambda x: _num(x, 1)) + " tokens/s"
+                     + f"; engine/bare time {_stat(oh['engine_over_bare_time'], _r3)}", "n/a"])
+    out += _table(["measurement", "reused / new tokens", "prefill or op ms", "TTFT ms",
+                   "other", "warm == cold"], rows)
+    frows = []
+    for f in sec["failures"]:
+        if f["name"] == "cancelled_prefill":
+            what = (f"cancel latency {_stat(f['cancel_latency_ms'])} ms; committed "
+                    f"{f['committed_tokens']}; missed {f['missed']}")
+            recover = _stat(f["recover_ttft_ms"])
+        else:
+            what = (f"rejected with `{f['error_code']}` in {_stat(f['reject_ms'])} ms; "
+                    f"state unchanged: {f['state_unchanged']}")
+            recover = "–"
+        frows.append([f["label"], what, recover, f["check"]])
+    out += _table(["failure case", "outcome", "TTFT of the next request ms",
+                   "warm == cold after"], frows)
+    return out
+
+
+def _curve(sec: dict[str, Any]) -> list[str]:
+    head = _status("2. Suffix-growth curve", sec)
+    if head:
+        return head
+    out = ["## 2. Suffix-growth curve", "",
+           f"Stable prefix {sec['stable_prefix_tokens']} tokens; one decode step "
+           f"{_ms(sec['decode_step_ms'])} ms. Goal bound = 1.2 × changed/total × cold + one "
+           "decode step." + (f" Skipped: {sec['skipped_points']} ({sec['skipped_reason']})."
+                             if sec["skipped_points"] else ""), ""]
+    rows = [[str(r["changed_tokens"]), str(r["total_tokens"]), _stat(r["warm_ttft_ms"]),
+             _stat(r["cold_ttft_ms"]), _num(r["warm_over_cold"], 3), _ms(r["goal_bound_ms"]),
+             {True: "yes", False: "no", None: "–"}[r["goal_met"]], r["first_token_check"]]
+            for r in sec["rows"]]
+    return out + _table(["changed tokens", "total", "warm TTFT ms", "cold TTFT ms",
+                         "warm / cold", "bound ms", "within bound", "first token warm == cold"],
+                        rows)
+
+
+def _trace(sec: dict[str, Any]) -> list[str]:
+    head = _status("3. Edit-trace replay", sec)
+    if head:
+        return head
+    t = sec["targets"]
+    out = ["## 3. Edit-trace replay", "",
+           f"Workspace: {sec['workspace']}; body edits in `{t['edit_file']}` "
+           f"({', '.join(t['functions'])}), signature change of `{t['signature_function']}` in "
+           f"`{t['signature_file']}`, pin `{t['pin_file']}`. Idle gap before each ask "
+           f"{sec['settings']['idle_gap_s']} s, one didChange per character every "
+           f"{sec['settings']['keystroke_s']} s, debounce {sec['settings']['debounce_ms']} ms. "
+           f"Server start until ready: a {_num(sec['startup_s']['a'])} s, "
+           f"b {_num(sec['startup_s']['b'])} s. {sec['ttft_definition']}.", ""]
+    for k, v in sec["systems"].items():
+        out.append(f"- **{k}**: {v}")
+    out.append("")
+    rows = []
+    for s in sec["steps"]:
+        rows.append([s["step"], str(s["prompt_tokens"])] + [
+            f"{_ms(s[k]['ttft_ms'])} ({s[k]['new_tokens']})" for k in "abcd"
+        ] + [f"{s['a']['state_before_ask']}, {s['a']['pending_prefill_tokens_before_ask']}"])
+    rows.append(["**median**", ""] + [_stat(sec["ttft_ms"][k]) for k in "abcd"] + [""])
+    out += _table(["step", "prompt tokens", "a ms (new tokens)", "b ms (new)", "c ms (new)",
+                   "d ms (new)", "a: state, pending tokens before ask"], rows)
+    r, nr = sec["ratios"], sec["new_token_ratios"]
+    out += [f"Ratios of median TTFT: a/c = {_num(r['a_over_c'], 3)}, a/d = "
+            f"{_num(r['a_over_d'], 3)}, b/d = {_num(r['b_over_d'], 3)}. The same ratios of the "
+            f"median tokens prefilled at ask time (the work, independent of machine load): "
+            f"a/c = {_num(nr['a_over_c'], 3)}, a/d = {_num(nr['a_over_d'], 3)}, "
+            f"b/d = {_num(nr['b_over_d'], 3)}. The user turn (question + code around the "
+            f"cursor, never pre-prefilled) is {_stat(sec['user_turn_tokens'], _r0)} tokens.", ""]
+    if sec["prompt_rebuild_mismatches"]:
+        out += [f"Prompt rebuilt for c/d differs in length at: {sec['prompt_rebuild_mismatches']}",
+                ""]
+    return out
+
+
+def _scaling(sec: dict[str, Any]) -> list[str]:
+    head = _status("4. Scaling note", sec)
+    if head:
+        return head
+    rows = [[str(r["stable_tokens"]), _stat(r["warm_ttft_ms"]), _stat(r["cold_ttft_ms"]),
+             _num(r["warm_over_cold"], 3), f"{r['kv_state_bytes'] / 2**20:.1f}",
+             _num(r["kv_bytes_per_token"] / 1024 if r["kv_bytes_per_token"] else None, 1),
+             "–" if r["process_rss_bytes"] is None else f"{r['process_rss_bytes'] / 2**20:.0f}"]
+            for r in sec["rows"]]
+    out = ["## 4. Scaling note", "",
+           f"A new {sec['rows'][0]['question_tokens'] if sec['rows'] else 0}-token question "
+           "after a stable context of each size (warm: context resident; cold: everything "
+           f"prefilled). {sec['note']}", ""]
+    return out + _table(["stable tokens", "warm TTFT ms", "cold TTFT ms", "warm / cold",
+                         "KV state MiB", "KV KiB / token", "process RSS MiB"], rows)

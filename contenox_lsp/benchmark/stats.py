@@ -1,0 +1,49 @@
+"""Summaries of repeated measurements: every figure carries n, median, min, max and samples."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+
+def summary(samples: Sequence[float], unit: str) -> dict[str, Any]:
+    """``{n, median, min, max, unit, samples}``; an empty list gives n = 0 and nulls."""
+    xs = [float(x) for x in samples]
+    if not xs:
+        return {"n": 0, "median": None, "min": None, "max": None, "unit": unit, "samples": []}
+    return {
+        "n": len(xs),
+        "median": statistics.median(xs),
+        "min": min(xs),
+        "max": max(xs),
+        "unit": unit,
+        "samples": [round(x, 4) for x in xs],
+    }
+
+
+def median(stat: dict[str, Any]) -> float | None:
+    value = stat.get("median")
+    return None if value is None else float(value)
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, or None when either side is missing or the denominator is zero."""
+    if num is None or den is None or den == 0:
+        return None
+    return num / den
+
+
+def check(ok: bool | None) -> str:
+    """A warm == cold check as recorded in the report."""
+    if ok is None:
+        return "n/a"
+    return "pass" if ok else "fail"
+
+
+def first_mismatch(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token (None when equal) — recorded with failed checks."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

@@ -1,0 +1,97 @@
+"""``contenox-lsp bench --quick`` end to end: the report's schema, every section, the plots.
+
+Real model, real server, real files; checks structure only — never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+SECTIONS = ("runtime", "curve", "trace", "scaling")
+GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead"}
+
+
+def _is_stat(x: Any) -> bool:
+    return (
+        isinstance(x, dict)
+        and {"n", "median", "min", "max", "unit", "samples"} <= set(x)
+        and x["n"] == len(x["samples"])
+        and x["n"] > 0
+        and x["min"] <= x["median"] <= x["max"]
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench") / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "contenox_lsp.cli", "bench", "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return out, report, proc.stdout
+
+
+@pytest.mark.timeout(2000)
+def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[str, Any], str]
+                                                ) -> None:
+    out, r, stdout = quick_report
+    # stdout carries one summary line, nothing else.
+    assert len(stdout.strip().splitlines()) == 1 and "report" in stdout
+    assert r["schema_version"] == 1 and r["mode"] == "quick"
+    assert {"started_at", "duration_s", "machine", "profile", "config", "sections", "goals",
+            "plots"} <= set(r)
+    assert set(r["sections"]) == set(SECTIONS)
+    for name in SECTIONS:
+        assert r["sections"][name]["status"] == "ok", (name, r["sections"][name]["status"])
+
+    rt = r["sections"]["runtime"]
+    names = {row["name"] for row in rt["rows"]}
+    assert {"cold_prefill", "warm_same_prefix", "warm_changed_suffix", "edited_stable_segment",
+            "snapshot_save", "snapshot_restore", "decode"} <= names
+    assert all(row["check"] in ("pass", "fail", "n/a") for row in rt["rows"])
+    assert {f["name"] for f in rt["failures"]} == {"cancelled_prefill", "over_context",
+                                                   "corrupt_snapshot"}
+    assert all(f["check"] in ("pass", "fail", "n/a") for f in rt["failures"])
+    assert _is_stat(rt["overhead"]["engine_tokens_per_s"])
+    assert _is_stat(rt["overhead"]["bare_tokens_per_s"])
+    cold = next(row for row in rt["rows"] if row["name"] == "cold_prefill")
+    assert _is_stat(cold["ms"]) and _is_stat(cold["tokens_per_s"])
+
+    curve = r["sections"]["curve"]
+    assert [row["changed_tokens"] for row in curve["rows"]] == list(r["config"]["curve_points"])
+    assert all(_is_stat(row["warm_ttft_ms"]) and _is_stat(row["cold_ttft_ms"])
+               for row in curve["rows"])
+
+    tr = r["sections"]["trace"]
+    assert [s["step"] for s in tr["steps"]] == list(r["config"]["trace"]["steps"])
+    for k in "abcd":
+        assert _is_stat(tr["ttft_ms"][k])
+        assert all(s[k]["ttft_ms"] > 0 for s in tr["steps"])
+    assert set(tr["ratios"]) == {"a_over_c", "a_over_d", "b_over_d"}
+    assert tr["prompt_rebuild_mismatches"] == []
+
+    sc = r["sections"]["scaling"]
+    assert [row["stable_tokens"] for row in sc["rows"]] == list(r["config"]["scaling_sizes"])
+    assert all(row["kv_state_bytes"] > 0 for row in sc["rows"])
+
+    assert {g["id"] for g in r["goals"]} == GOALS
+    assert all(g["met"] in (True, False) for g in r["goals"])
+
+    assert set(r["plots"]) == {"curve", "trace", "scaling"}
+    for name in r["plots"].values():
+        png = out / name
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "report.md").read_text(encoding="utf-8")
+    for title in ("## Goals", "## 1. Runtime report", "## 2. Suffix-growth curve",
+                  "## 3. Edit-trace replay", "## 4. Scaling note"):
+        assert title in md
