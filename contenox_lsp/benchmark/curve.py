@@ -32,34 +32,35 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, decode_step_ms: float | 
     progress.note("curve: prefilling the stable prefix")
     session.reset()
     session.prefill(prefix)
-    progress.step("curve: warm points")
+    progress.step("curve: points")
     warm: dict[int, list[float]] = {k: [] for k in points}
     reused: dict[int, list[int]] = {k: [] for k in points}
-    first_warm: dict[int, int | None] = {}
-    for rep in range(cfg.reps):
-        for i, k in enumerate(points):
-            # A new suffix every repetition: nothing but the stable prefix is ever reused.
-            toks = prompts[k] if rep == 0 else prefix + corpus.suffix(
-                k, variant=100 + (rep + 1) * len(cfg.curve_points) + i
-            )
-            r = session.prefill(toks)
-            g = session.generate(1)
-            warm[k].append(g.ttft_ms)
-            reused[k].append(r.reused_tokens)
-            if rep == 0:
-                first_warm[k] = g.tokens[0] if g.tokens else None
-            progress.step(f"curve warm {rep + 1}/{cfg.reps}: {k} changed tokens")
-
     cold: dict[int, list[float]] = {k: [] for k in points}
+    first_warm: dict[int, int | None] = {}
     first_cold: dict[int, int | None] = {}
-    for rep in range(cfg.cold_reps):
-        for k in points:
-            session.reset()
-            session.prefill(prompts[k])
-            g = session.generate(1)
-            cold[k].append(g.ttft_ms)
-            first_cold[k] = g.tokens[0] if g.tokens else None
-            progress.step(f"curve cold {rep + 1}/{cfg.cold_reps}: {P + k} tokens")
+    # Warm and cold of a point run back to back, so load from other work on the machine hits
+    # both alike. A cold run leaves the stable prefix resident, so the next warm run reuses it.
+    for rep in range(max(cfg.reps, cfg.cold_reps)):
+        for i, k in enumerate(points):
+            if rep < cfg.reps:
+                # A new suffix every repetition: nothing but the stable prefix is ever reused.
+                toks = prompts[k] if rep == 0 else prefix + corpus.suffix(
+                    k, variant=100 + (rep + 1) * len(cfg.curve_points) + i
+                )
+                r = session.prefill(toks)
+                g = session.generate(1)
+                warm[k].append(g.ttft_ms)
+                reused[k].append(r.reused_tokens)
+                if rep == 0:
+                    first_warm[k] = g.tokens[0] if g.tokens else None
+                progress.step(f"curve warm {rep + 1}/{cfg.reps}: {k} changed tokens")
+            if rep < cfg.cold_reps:
+                session.reset()
+                session.prefill(prompts[k])
+                g = session.generate(1)
+                cold[k].append(g.ttft_ms)
+                first_cold[k] = g.tokens[0] if g.tokens else None
+                progress.step(f"curve cold {rep + 1}/{cfg.cold_reps}: {P + k} tokens")
 
     rows = []
     for k in points:

@@ -83,10 +83,11 @@ def scaling(section: dict[str, Any], path: Path) -> None:
         ax1.errorbar(xs, [m / 1000 for m in meds], yerr=[[e / 1000 for e in s] for s in err],
                      fmt=fmt, capsize=3, label=f"{label}, median of {rows[0][key]['n']}")
     ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log")  # warm stays well below a second while cold grows to a minute
     ax1.set_xticks(xs)
     ax1.set_xticklabels([str(x) for x in xs])
     ax1.set_xlabel("stable context tokens")
-    ax1.set_ylabel("TTFT of a new question (s)")
+    ax1.set_ylabel("TTFT of a new question (s, log)")
     ax1.grid(True, alpha=0.3)
     ax1.legend()
     ax2.plot(xs, [r["kv_state_bytes"] / 2**20 for r in rows], "o-", label="KV state (sequence)")

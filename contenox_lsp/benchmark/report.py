@@ -197,6 +197,8 @@ def _scaling(sec: dict[str, Any]) -> list[str]:
     rows = [[str(r["stable_tokens"]), _stat(r["warm_ttft_ms"]), _stat(r["cold_ttft_ms"]),
              _num(r["warm_over_cold"], 3), f"{r['kv_state_bytes'] / 2**20:.1f}",
              _num(r["kv_bytes_per_token"] / 1024 if r["kv_bytes_per_token"] else None, 1),
+             _num(r["kv_marginal_bytes_per_token"] / 1024
+                  if r.get("kv_marginal_bytes_per_token") else None, 2),
              "–" if r["process_rss_bytes"] is None else f"{r['process_rss_bytes'] / 2**20:.0f}"]
             for r in sec["rows"]]
     out = ["## 4. Scaling note", "",
@@ -204,4 +206,5 @@ def _scaling(sec: dict[str, Any]) -> list[str]:
            "after a stable context of each size (warm: context resident; cold: everything "
            f"prefilled). {sec['note']}", ""]
     return out + _table(["stable tokens", "warm TTFT ms", "cold TTFT ms", "warm / cold",
-                         "KV state MiB", "KV KiB / token", "process RSS MiB"], rows)
+                         "KV state MiB", "KV KiB / token", "KV KiB per added token",
+                         "process RSS MiB"], rows)

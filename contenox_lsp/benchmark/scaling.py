@@ -30,7 +30,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
     q = cfg.scaling_question
     sizes = [n for n in cfg.scaling_sizes if n + q + 1 <= session.n_ctx]
     skipped = [n for n in cfg.scaling_sizes if n not in sizes]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size in sizes:
         stable = corpus.stable(size).tokens
         cold: list[float] = []
@@ -51,6 +51,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
             reused.append(r.reused_tokens)
             progress.step(f"scaling {size}: warm {rep + 1}/{cfg.reps}")
         w, c = summary(warm, "ms"), summary(cold, "ms")
+        prev = rows[-1] if rows else None
         rows.append({
             "stable_tokens": size,
             "question_tokens": q,
@@ -60,6 +61,9 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
             "reused_tokens": reused,
             "kv_state_bytes": saved.bytes,
             "kv_bytes_per_token": saved.bytes / saved.tokens if saved.tokens else None,
+            # Growth per extra token since the previous size (the fixed part cancels out).
+            "kv_marginal_bytes_per_token": None if prev is None else
+            (saved.bytes - prev["kv_state_bytes"]) / (size - prev["stable_tokens"]),
             "process_rss_bytes": rss,
         })
     return {
@@ -69,7 +73,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "reps_cold": cfg.cold_reps,
         "skipped_sizes": skipped,
         "note": "kv_state_bytes is the size of the live sequence's llama.cpp state (what a "
-                "snapshot holds) with the stable context and one question resident; "
+                "snapshot holds) with the stable context and one question resident; its growth "
+                "per token is kv_marginal_bytes_per_token (the rest is a fixed part). "
                 "process_rss_bytes includes the model and the whole preallocated n_ctx KV "
                 "buffer, so it barely moves with the stable size.",
         "rows": rows,
