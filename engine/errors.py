@@ -102,22 +102,3 @@ class SnapshotIncompatibleError(EngineError):
 
     code = "snapshot_incompatible"
 
-
-ALL_ERRORS: tuple[type[EngineError], ...] = (
-    EngineError,
-    ProfileError,
-    ModelNotFoundError,
-    ModelLoadError,
-    ContextOverflowError,
-    BatchTooLargeError,
-    CancelledError,
-    NoKvSlotError,
-    InvalidBatchError,
-    DecodeFailedError,
-    DecodeFatalError,
-    UnsupportedCapabilityError,
-    InvalidSessionStateError,
-    ProfileMismatchError,
-    SnapshotCorruptError,
-    SnapshotIncompatibleError,
-)
