@@ -37,11 +37,18 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+_STOP = threading.Event()
+
+
 def _section(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run one section; a failure is recorded in the report and the others still run."""
     try:
         return fn()
     except Exception as exc:
+        if _STOP.is_set():
+            # SIGTERM landed inside a native callback (llama.cpp's abort hook): the error it
+            # caused is the interruption, not a failure of the section.
+            raise KeyboardInterrupt from exc
         log.exception("bench section %s failed", name)
         return {"status": f"failed: {type(exc).__name__}: {exc}"}
 
@@ -111,6 +118,7 @@ def run_bench(args: argparse.Namespace) -> int:
         write("pending (the run is still going, or stopped before this section)", final=False)
 
     # SIGTERM (a CI timeout, kill) ends the run like Ctrl-C: the partial report is written.
+    _STOP.clear()
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
@@ -157,6 +165,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
+    _STOP.set()
     raise KeyboardInterrupt
 
 

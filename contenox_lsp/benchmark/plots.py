@@ -56,7 +56,7 @@ def trace(section: dict[str, Any], path: Path) -> None:
     plt = _plt()
     steps = section["steps"]
     xs = list(range(len(steps)))
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = plt.subplots(figsize=(9, 6))
     for key, marker in (("a", "o"), ("b", "s"), ("c", "^"), ("d", "v")):
         med = section["ttft_ms"][key]["median"]
         ax.plot(xs, [s[key]["ttft_ms"] / 1000 for s in steps], marker=marker,
@@ -67,7 +67,8 @@ def trace(section: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("time to first token (s, log)")
     ax.set_title("Edit-trace replay: TTFT of each ask")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    # Below the axes: inside it would hide the points of the last steps.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
