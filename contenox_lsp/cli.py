@@ -201,20 +201,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def _ask_raw(args: argparse.Namespace) -> int:
     from engine import open_session
+    from engine.results import drain
 
     profile = _load_profile(args)
     with open_session(profile) as session:
         tokens = session.tokenize(args.question, add_bos=profile.bos_policy == "add")
         pre = session.prefill(tokens)
-        stream = session.stream(max_tokens=args.max_tokens)
-        while True:
-            try:
-                piece = next(stream)
-            except StopIteration as stop:
-                gen = stop.value
-                break
-            if not args.json:
-                _emit(piece)
+        gen = drain(session.stream(max_tokens=args.max_tokens), None if args.json else _emit)
     if args.json:
         doc = {"text": gen.text, "prefill": pre.to_dict(), "generate": gen.to_dict()}
         print(json.dumps(doc, indent=2))

@@ -84,7 +84,10 @@ class ContextService:
             if progress is not None:
                 def cb(*args: Any) -> None:
                     _forward_progress(progress, args)
-            index = RepoIndex(self.roots, on_progress=cb)
+            from engine.model_files import cache_dir
+
+            # Beside the CLI's (same key per folder), under $CONTENOX_CACHE_DIR when set.
+            index = RepoIndex(self.roots, cache_dir=cache_dir() / "repo-index", on_progress=cb)
             index.build()
         except Exception as exc:
             self.index_state = "error"
@@ -145,6 +148,12 @@ class ContextService:
 
     def close(self, wait: bool = False) -> None:
         self._executor.shutdown(wait=wait, cancel_futures=True)
+        if wait and self.index is not None:
+            # Edits since the last build and the map's hysteresis state survive a restart.
+            try:
+                self.index.save()
+            except Exception:
+                logger.warning("could not save the repo index cache", exc_info=True)
 
 
 def _forward_progress(progress: ProgressFn, args: tuple[Any, ...]) -> None:

@@ -24,6 +24,7 @@ from contenox_lsp.errors import ServerError
 from contenox_lsp.pins import pin_for
 from contenox_lsp.progress import WorkDone, send_partial_result
 from contenox_lsp.runtime import RequestCancelled, Runtime
+from engine.session import reusable_prefix
 
 if TYPE_CHECKING:
     from contenox_lsp.server import ContenoxServer
@@ -214,7 +215,10 @@ async def explain(rt: Runtime, turn: TurnSpec, include_text: bool = False) -> di
     assembly = await rt.assemble(turn)
     resident = rt.resident_tokens()
     ident_now = getattr(session, "resident_identity", session.identity)
-    reused, reason = assembly.reuse_against_resident(resident, ident_now)
+    common, reason = assembly.reuse_against_resident(resident, ident_now)
+    # What the next prefill really reuses (OpenVINO: whole KV blocks only); the idle
+    # pre-prefill's own work is done once the common prefix covers the idle target.
+    reused = reusable_prefix(session, common)
     ident = assembly.identity
     segments = []
     for seg in assembly.segments:
@@ -241,9 +245,11 @@ async def explain(rt: Runtime, turn: TurnSpec, include_text: bool = False) -> di
         "reusedTokens": reused,
         "newTokens": assembly.n_tokens - reused,
         "residentTokens": len(resident),
-        "pendingPrefillTokens": max(0, assembly.user_start - min(reused, assembly.user_start)),
+        "pendingPrefillTokens": max(0, assembly.user_start - min(common, assembly.user_start)),
         "userStart": assembly.user_start,
         "missReason": reason,
+        "reuseGranularity": int(getattr(session, "reuse_granularity", 1)),
+        "capabilities": dict(session.capabilities),
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,
@@ -300,10 +306,12 @@ def status_view(ls: ContenoxServer) -> dict[str, Any]:
                 "index": {"state": "idle", "files": 0}}
     assert isinstance(rt, Runtime)
     model = backend = profile_id = None
+    capabilities: dict[str, bool] | None = None
     if rt.session_ready():
         s = rt.worker.ready.result()
         ident = s.identity
         backend, profile_id = ident.backend, ident.profile_id
+        capabilities = dict(s.capabilities)
         model = str(getattr(s, "model_description", None) or getattr(s, "model_path", None)
                     or ident.model_digest[:16])
     err = None
@@ -316,6 +324,7 @@ def status_view(ls: ContenoxServer) -> dict[str, Any]:
         "model": model,
         "backend": backend,
         "profileId": profile_id,
+        "capabilities": capabilities,
         "residentTokens": len(rt.resident_tokens()),
         "pendingPrefillTokens": rt.prefetch.pending_tokens(),
         "targetTokens": len(rt.prefetch.target) if rt.prefetch.target is not None else None,

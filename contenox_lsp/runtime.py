@@ -22,6 +22,7 @@ from contenox_lsp.prefetch import Prefetcher
 from contenox_lsp.progress import WorkDone
 from contenox_lsp.tokens import common_prefix
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
+from engine.results import drain
 
 if TYPE_CHECKING:
     from contenox_lsp.options import ServerOptions
@@ -328,19 +329,16 @@ def decode(session: Any, job: Job, max_tokens: int, emit: Callable[[str], None],
     """
     pieces: list[str] = []
     first: float | None = None
-    stream = session.stream(max_tokens=max_tokens)
-    result: Any = None
-    while True:
-        try:
-            piece = next(stream)
-        except StopIteration as stop:
-            result = stop.value
-            break
+
+    def on_piece(piece: str) -> None:
+        nonlocal first
         if first is None:
             first = time.perf_counter()
         if piece:
             pieces.append(piece)
             emit(piece)
+
+    result: Any = drain(session.stream(max_tokens=max_tokens), on_piece)
     t_end = time.perf_counter()
     text = "".join(pieces)
     if result is not None and getattr(result, "text", None) is not None:

@@ -8,7 +8,6 @@ identity is ever loaded. Engine calls (save/load) run as user jobs on the engine
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,30 +17,23 @@ from contenox_lsp.worker import Job, JobCancelled, Priority
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
 
-DEFAULT_BYTE_BUDGET = 2 * 1024**3
-
-
 def store_for(rt: Runtime, session: Any) -> Any:
-    from contextasm import SnapshotStore
+    """This workspace's store: ``snapshotDir`` if set, else as the CLI's ``ask`` keeps it."""
+    from contenox_lsp.workspace_session import snapshot_store
 
-    values = getattr(getattr(session, "profile", None), "values", {}) or {}
-    base: Path
-    if rt.options.snapshot_dir:
-        base = Path(rt.options.snapshot_dir)
-    elif values.get("cache.snapshot_dir"):
-        base = Path(str(values["cache.snapshot_dir"])).expanduser()
-    else:
-        from platformdirs import user_cache_dir
-
-        base = Path(user_cache_dir("contenox-lsp")) / "snapshots"
-    roots = "\n".join(str(r) for r in rt.ls.roots())
-    directory = base / ("lsp-" + hashlib.sha256(roots.encode()).hexdigest()[:16])
-    budget = values.get("cache.snapshot_budget_bytes", DEFAULT_BYTE_BUDGET)
-    return SnapshotStore(directory, int(budget))
+    base = Path(rt.options.snapshot_dir) if rt.options.snapshot_dir else None
+    return snapshot_store(session.profile, list(rt.ls.roots()), base)
 
 
 async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
     session = await rt.session()
+    if action in ("save", "load") and not session.capabilities.get("snapshots", False):
+        # Refused before touching the store: nothing is created, nothing changes.
+        raise ServerError(
+            "unsupported_capability",
+            f"the {session.backend} backend cannot save or load KV snapshots",
+            {"capability": "snapshots", "backend": session.backend, "action": action},
+        )
     store = await asyncio.to_thread(store_for, rt, session)
     if action == "list":
         return {"snapshots": [entry_view(e) for e in await asyncio.to_thread(store.entries)]}

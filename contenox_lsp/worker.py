@@ -171,18 +171,23 @@ class EngineWorker:
                         return
                     _, _, job = heapq.heappop(self._queue)
                     self._current = job
-                self._execute(session, job)
+                outcome = self._execute(session, job)
                 with self._cv:
                     self._current = None
+                # Settled only once the worker is idle again: whoever awaits the job (and
+                # answers the editor) must never see it still running in `busy_with`.
+                if outcome is not None:
+                    _settle(job.future, **outcome)
         finally:
             try:
                 cm.__exit__(None, None, None)
             except Exception:
                 logger.exception("closing the engine session failed")
 
-    def _execute(self, session: Any, job: Job) -> None:
+    def _execute(self, session: Any, job: Job) -> dict[str, Any] | None:
+        """Run ``job``; returns how to settle its future (None: already settled)."""
         if job.future.done():
-            return
+            return None
         try:
             job.check()
             result = job.fn(session, job)
@@ -190,12 +195,10 @@ class EngineWorker:
             if is_engine_cancel(exc) or job.cancelled:
                 if not job.cancelled:
                     logger.debug("job %s cancelled by the engine: %s", job.label, exc)
-                _settle(job.future, exc=JobCancelled(job.label))
-            else:
-                logger.debug("job %s failed: %r", job.label, exc)
-                _settle(job.future, exc=exc)
-        else:
-            _settle(job.future, result=result)
+                return {"exc": JobCancelled(job.label)}
+            logger.debug("job %s failed: %r", job.label, exc)
+            return {"exc": exc}
+        return {"result": result}
 
 
 def _settle(fut: concurrent.futures.Future[Any], *, result: Any = None,

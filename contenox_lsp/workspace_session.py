@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from contextasm import (
 )
 from engine import EngineError, Profile, Session
 from engine.model_files import cache_dir
+from engine.results import drain
+from engine.session import reusable_prefix
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +79,18 @@ def resolve_file(root: Path, file: str | None) -> Path | None:
     return path
 
 
-def snapshot_store(profile: Profile, root: Path) -> SnapshotStore:
-    """One store per workspace, under the profile's snapshot dir or the user cache dir."""
-    configured = str(profile.get("cache.snapshot_dir"))
-    base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
-    ws = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+def snapshot_store(
+    profile: Profile, roots: Path | Sequence[Path], base: Path | None = None
+) -> SnapshotStore:
+    """One store per workspace (keyed by its root folders), under ``base``, else the profile's
+    ``cache.snapshot_dir``, else ``<cache dir>/snapshots``. The CLI and the language server
+    use the same store for the same folder: a prefix one of them saved is found by the other
+    whenever their assembled contexts agree on it (entries are keyed by prefix hash)."""
+    if base is None:
+        configured = str(profile.get("cache.snapshot_dir"))
+        base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
+    folders = [roots] if isinstance(roots, Path) else list(roots)
+    ws = hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
     return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
 
 
@@ -146,9 +155,10 @@ class WorkspaceTurn:
 
     def cached_tokens(self, asm: Assembly) -> tuple[int, str]:
         """Tokens of ``asm`` available without prefill: resident KV or the best snapshot."""
-        live, _ = asm.reuse_against_resident(
+        common, _ = asm.reuse_against_resident(
             self.session.resident_tokens, self.session.resident_identity
         )
+        live = reusable_prefix(self.session, common)
         snap = self._best_snapshot(asm) if self.session.capabilities.get("snapshots") else None
         if snap is not None and snap.key.n_tokens > live:
             return snap.key.n_tokens, "snapshot"
@@ -233,13 +243,7 @@ class WorkspaceTurn:
         self._record_rate(new_tokens, prefill_ms)
         t_decode = time.perf_counter()
 
-        stream = s.stream(max_tokens=turn.max_tokens)
-        while True:
-            try:
-                on_piece(next(stream))
-            except StopIteration as stop:
-                gen = stop.value
-                break
+        gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece)
         ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
         metrics = {
             "totalTokens": asm.n_tokens,

@@ -29,8 +29,15 @@ from engine.errors import (
     UnsupportedCapabilityError,
 )
 from engine.profile import EMBEDDED_MODEL, Profile, default_profile, load_profile
-from engine.results import BranchInfo, GenerateResult, PrefillResult, SessionMetrics, SnapshotResult
-from engine.session import Session, open_session
+from engine.results import (
+    BranchInfo,
+    GenerateResult,
+    PrefillResult,
+    SessionMetrics,
+    SnapshotResult,
+    drain,
+)
+from engine.session import Session, open_session, reusable_prefix
 
 __all__ = [
     "EMBEDDED_MODEL",
@@ -58,6 +65,8 @@ __all__ = [
     "SnapshotResult",
     "UnsupportedCapabilityError",
     "default_profile",
+    "drain",
     "load_profile",
     "open_session",
+    "reusable_prefix",
 ]

@@ -29,6 +29,7 @@ BOS_POLICIES = ("add", "none")
 BACKENDS = ("llama", "openvino")
 OV_DEVICES = ("CPU", "GPU", "NPU")
 OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")
+OV_SPARSE_MODES = ("off", "trishape", "xattention")
 OV_INFERENCE_PRECISIONS = ("auto", "f32", "f16", "bf16")
 
 
@@ -303,6 +304,65 @@ FIELDS: tuple[FieldSpec, ...] = (
         _is_bool,
         "true | false",
         "split long prompts across scheduler steps",
+    ),
+    # Sparse prefill attention. Profile-tested: it changes what the model computes, so a
+    # profile that turns it on must be checked (tests/test_openvino.py runs each mode once
+    # on the embedded model); "off" is exact.
+    FieldSpec(
+        "openvino",
+        "sparse_attention",
+        "off",
+        _one_of(*OV_SPARSE_MODES),
+        " | ".join(OV_SPARSE_MODES),
+        "sparse prefill attention (SparseAttentionConfig.mode); profile-tested",
+    ),
+    FieldSpec(
+        "openvino",
+        "sparse_last_dense_tokens",
+        100,
+        _int_range(0),
+        "an integer >= 0",
+        "prompt tails this long are always prefilled densely (num_last_dense_tokens_in_prefill)",
+    ),
+    FieldSpec(
+        "openvino",
+        "sparse_start_tokens",
+        128,
+        _int_range(0),
+        "an integer >= 0",
+        "trishape: tokens at the start always attended (num_retained_start_tokens_in_cache)",
+    ),
+    FieldSpec(
+        "openvino",
+        "sparse_recent_tokens",
+        1920,
+        _int_range(0),
+        "an integer >= 0",
+        "trishape: most recent tokens always attended (num_retained_recent_tokens_in_cache)",
+    ),
+    FieldSpec(
+        "openvino",
+        "xattention_threshold",
+        0.8,
+        _float_range(0.0, 1.0),
+        "a number in [0, 1]",
+        "xattention: cumulative attention mass kept per block row",
+    ),
+    FieldSpec(
+        "openvino",
+        "xattention_block_size",
+        64,
+        _int_range(1),
+        "an integer >= 1",
+        "xattention: block size of the importance estimate",
+    ),
+    FieldSpec(
+        "openvino",
+        "xattention_stride",
+        8,
+        _int_range(1),
+        "an integer >= 1",
+        "xattention: stride of the importance estimate",
     ),
 )
 

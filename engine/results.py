@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,3 +71,18 @@ class SessionMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def drain(
+    stream: Generator[str, None, GenerateResult], on_piece: Callable[[str], None] | None = None
+) -> GenerateResult:
+    """Run a session's ``stream()`` to its end: each text piece goes to ``on_piece`` (if any)
+    as it is decoded; returns the stream's ``GenerateResult``."""
+    while True:
+        try:
+            piece = next(stream)
+        except StopIteration as stop:
+            result: GenerateResult = stop.value
+            return result
+        if on_piece is not None:
+            on_piece(piece)

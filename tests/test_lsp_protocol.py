@@ -29,6 +29,7 @@ from test_lsp_support import (
     open_doc,
     raw_request,
     request,
+    server_env,
     start_client,
     stop_client,
     wait_until,
@@ -260,6 +261,12 @@ async def test_engine_errors_carry_their_stable_code(workspace: Path, tmp_path: 
 
 async def test_shutdown_and_exit(workspace: Path) -> None:
     client = await start_client(workspace, "neovim", IDLE)
+    await wait_until(lambda: request(client, "contenox/status", None),
+                     lambda st: st["index"]["state"] == "ready", timeout=120)
+    # The repo index is cached under $CONTENOX_CACHE_DIR (the test's), never elsewhere.
+    caches = list((workspace.parent / "contenox-cache" / "repo-index").glob("repo-index-*.bin"))
+    assert caches  # one per set of workspace folders seen in this module
+    built = {c: c.stat().st_mtime_ns for c in caches}
     await asyncio.wait_for(client.shutdown_async(None), 60)
     # After shutdown, requests are refused (not left hanging).
     with pytest.raises(JsonRpcException):
@@ -270,6 +277,8 @@ async def test_shutdown_and_exit(workspace: Path) -> None:
     code = await asyncio.wait_for(server.wait(), 60)
     assert code == 0
     await client.stop()
+    # Saved again on the way out (edits and the map's state survive a restart).
+    assert any(c.stat().st_mtime_ns > t for c, t in built.items())
 
 
 async def test_watched_files_registered_dynamically(vscode: LanguageClient) -> None:
@@ -281,7 +290,8 @@ async def test_watched_files_registered_dynamically(vscode: LanguageClient) -> N
 
 async def test_server_exits_when_the_editor_process_dies(workspace: Path) -> None:
     editor = await asyncio.create_subprocess_exec("sleep", "600")
-    config = ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client)
+    config = ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client,
+                                server_env=server_env(workspace))
     client = await config.start()
     assert isinstance(client, LanguageClient)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 import sys
 import sysconfig
@@ -40,6 +41,12 @@ def copy_stdlib_json(dest: Path) -> Path:
     # json/tool.py is CLI glue; drop it to keep the repo map small.
     (root / "json" / "tool.py").unlink(missing_ok=True)
     return root
+
+
+def server_env(root: Path) -> dict[str, str]:
+    """The server's environment: its caches (repo index, digests, snapshots) beside the test
+    workspace, not in the user's cache dir."""
+    return {**os.environ, "CONTENOX_CACHE_DIR": str(root.parent / "contenox-cache")}
 
 
 def make_client() -> LanguageClient:
@@ -80,7 +87,8 @@ async def start_client(
     capabilities: str = "neovim",
     options: dict[str, Any] | None = None,
 ) -> LanguageClient:
-    config = ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client)
+    config = ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client,
+                                server_env=server_env(root))
     client = await config.start()
     assert isinstance(client, LanguageClient)
     uri = root.as_uri()

@@ -100,3 +100,31 @@ def test_common_prefix() -> None:
     assert common_prefix(a, a) == 1000
     assert common_prefix(a, [*a[:700], -1]) == 700
     assert common_prefix([], a) == 0
+
+
+def test_worker_is_idle_before_a_job_settles() -> None:
+    """Whoever awaits a job answers the editor at once: by then `busy_with` must be None, or
+    a `contenox/status` sent right after the response would still report the job running."""
+    import contextlib
+    import threading
+
+    from contenox_lsp.worker import EngineWorker, Priority
+
+    worker = EngineWorker(lambda: contextlib.nullcontext(object()))
+    worker.start()
+    seen: list[object] = []
+    done = threading.Event()
+    try:
+        for outcome in ("ok", "fail"):
+            def fn(_session: object, _job: object, outcome: str = outcome) -> str:
+                if outcome == "fail":
+                    raise ValueError("boom")
+                return outcome
+
+            job = worker.submit(fn, priority=Priority.USER, label=outcome)
+            job.future.add_done_callback(lambda _f: (seen.append(worker.busy_with), done.set()))
+            assert done.wait(30)
+            done.clear()
+        assert seen == [None, None]
+    finally:
+        worker.stop()

@@ -44,6 +44,7 @@ from engine.results import (
     PrefillResult,
     SessionMetrics,
     SnapshotResult,
+    drain,
 )
 from engine.snapshot_file import SnapshotPayload, read_snapshot, write_snapshot
 
@@ -230,6 +231,10 @@ class LlamaSession:
             "cancel": True,
             "prefix_reuse": True,
         }
+
+    @property
+    def reuse_granularity(self) -> int:
+        return 1  # any position: the KV cache is trimmed token by token
 
     # ----------------------------------------------------------------- tokens
 
@@ -536,13 +541,7 @@ class LlamaSession:
             return result
 
     def generate(self, max_tokens: int = 256) -> GenerateResult:
-        it = self.stream(max_tokens=max_tokens)
-        while True:
-            try:
-                next(it)
-            except StopIteration as stop:
-                result: GenerateResult = stop.value
-                return result
+        return drain(self.stream(max_tokens=max_tokens))
 
     # ----------------------------------------------------------------- snapshots
 

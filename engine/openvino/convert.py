@@ -55,6 +55,34 @@ class ConversionError(EngineError):
     code = "conversion_failed"
 
 
+def _hide_broken_torchvision() -> None:
+    """Make transformers see no torchvision when the installed one cannot load.
+
+    optimum-intel 2.2 requires torchvision, and PyPI's torchvision wheel is built against the
+    CUDA torch: beside the CPU torch it fails at import ("operator torchvision::nms does not
+    exist"), and transformers then refuses to import Gemma 3 at all. Nothing in a text-model
+    export uses torchvision, so a broken one is hidden (``sys.modules[name] = None`` makes
+    ``importlib.util.find_spec`` answer None); a working one is left alone.
+    """
+    if "torchvision" in sys.modules:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:  # RuntimeError from a torch/torchvision build mismatch
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision"] = None  # type: ignore[assignment]
+        log.info("torchvision hidden from the export (cannot load: %s)", exc)
+
+
+def cache_entry(digest: str, weight_format: str, cache_root: Path | None = None) -> Path:
+    """Where ``cached_convert`` keeps the conversion of a source with this sha256 digest."""
+    from engine.model_files import cache_dir
+
+    root = cache_root or (cache_dir() / "openvino")
+    return root / f"{digest[:16]}-{weight_format}-v{CONVERTER_VERSION}"
+
+
 # ----------------------------------------------------------------------------- GGUF tokenizer
 
 
@@ -217,9 +245,12 @@ def _versions() -> dict[str, str]:
 
 
 def _gguf_to_hf(src: Path, hf_dir: Path) -> None:
+    _hide_broken_torchvision()
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one bar line per tensor would flood the log
     t0 = time.perf_counter()
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -242,6 +273,7 @@ def _export_ir(hf_dir: Path, out: Path, weight_format: str) -> None:
     (optimum-intel 2.2's ``main_export`` ignores an explicit ``quantization_config``; its CLI
     quantizes in a second pass. Doing that pass here keeps the options explicit.)
     """
+    _hide_broken_torchvision()
     import openvino as ov
     from optimum.exporters.openvino import main_export
     from optimum.intel import OVConfig
@@ -285,6 +317,7 @@ def _export_ir(hf_dir: Path, out: Path, weight_format: str) -> None:
 
 
 def _export_tokenizer(hf_dir: Path, out: Path) -> None:
+    _hide_broken_torchvision()
     import openvino as ov
     from openvino_tokenizers import convert_tokenizer
     from transformers import AutoTokenizer
@@ -358,12 +391,9 @@ def convert(src: Path, out: Path, weight_format: str) -> Path:
 
 def cached_convert(src: Path, weight_format: str, cache_root: Path | None = None) -> Path:
     """``convert`` into ``<cache>/openvino/<source digest[:16]>-<format>-v<N>``, once."""
-    from engine.model_files import cache_dir
-
     src = Path(src)
-    root = cache_root or (cache_dir() / "openvino")
     digest = source_digest(src) if src.is_dir() else _cached_file_digest(src)
-    out = root / f"{digest[:16]}-{weight_format}-v{CONVERTER_VERSION}"
+    out = cache_entry(digest, weight_format, cache_root)
     if (out / MANIFEST_NAME).is_file() and (out / "openvino_model.xml").is_file():
         return out
     return convert(src, out, weight_format)
@@ -393,7 +423,13 @@ def add_model_cli(subparsers: Any) -> argparse.ArgumentParser:
         help="weight compression (default int8; int4 is visibly degraded on small models)",
     )
     conv.add_argument("src", help="a .gguf file, a HF model folder, or 'embedded:gemma3-270m'")
-    conv.add_argument("out", help="output folder (replaced if it exists)")
+    conv.add_argument(
+        "out",
+        nargs="?",
+        default=None,
+        help="output folder (replaced if it exists); omitted: the cache entry that a profile "
+        "with an empty openvino.model_dir loads (kept if it is already there)",
+    )
     return model
 
 
@@ -411,7 +447,10 @@ def run(args: argparse.Namespace) -> int:
         src = Path(src_arg)
     t0 = time.perf_counter()
     try:
-        out = convert(src, Path(args.out), args.weight_format)
+        if args.out is None:
+            out = cached_convert(src, args.weight_format)
+        else:
+            out = convert(src, Path(args.out), args.weight_format)
     except EngineError as exc:
         print(f"contenox-lsp: error [{exc.code}]: {exc.message}", file=sys.stderr)
         return 1
@@ -436,6 +475,7 @@ __all__ = [
     "ModelLoadError",
     "add_model_cli",
     "build_hf_tokenizer",
+    "cache_entry",
     "cached_convert",
     "convert",
     "gguf_vocab",

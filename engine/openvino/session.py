@@ -54,6 +54,7 @@ from engine.results import (
     PrefillResult,
     SessionMetrics,
     SnapshotResult,
+    drain,
 )
 
 log = logging.getLogger(__name__)
@@ -94,17 +95,18 @@ def resolve_model_dir(profile: Profile) -> Path:
     if value:
         path = profile.resolve_path(value)
     else:
-        from engine.model_files import cache_dir, cached_file_facts, resolve_model_path, sha256_file
+        from engine.model_files import cached_file_facts, resolve_model_path, sha256_file
+        from engine.openvino.convert import cache_entry
 
         gguf = resolve_model_path(profile)
         digest = cached_file_facts(gguf, lambda: {"sha256": sha256_file(gguf)}, "sha256")["sha256"]
-        path = cache_dir() / "openvino" / f"{digest[:16]}-int8-v1"
+        path = cache_entry(digest, "int8")
         if not (path / "openvino_model.xml").is_file():
             src = "embedded:gemma3-270m" if profile.model == EMBEDDED_MODEL else str(gguf)
             raise ModelNotFoundError(
                 f"no OpenVINO conversion of {src} (looked in {path}); run "
-                f"'contenox-lsp model convert --to openvino {src} {path}' or set "
-                "openvino.model_dir",
+                f"'contenox-lsp model convert --to openvino {src}' (needs the 'convert' "
+                "extra) or set openvino.model_dir",
                 model=profile.model,
                 path=str(path),
             )
@@ -235,6 +237,18 @@ class OpenVinoSession:
             props["INFERENCE_NUM_THREADS"] = threads
         return props
 
+    def _sparse_config(self, mode: str) -> Any:
+        g, get = self._genai, self.profile.get
+        cfg = g.SparseAttentionConfig()
+        cfg.mode = getattr(g.SparseAttentionMode, mode.upper())
+        cfg.num_last_dense_tokens_in_prefill = int(get("openvino.sparse_last_dense_tokens"))
+        cfg.num_retained_start_tokens_in_cache = int(get("openvino.sparse_start_tokens"))
+        cfg.num_retained_recent_tokens_in_cache = int(get("openvino.sparse_recent_tokens"))
+        cfg.xattention_threshold = float(get("openvino.xattention_threshold"))
+        cfg.xattention_block_size = int(get("openvino.xattention_block_size"))
+        cfg.xattention_stride = int(get("openvino.xattention_stride"))
+        return cfg
+
     def _build_pipeline(self) -> None:
         g = self._genai
         sc = g.SchedulerConfig()
@@ -243,6 +257,10 @@ class OpenVinoSession:
         sc.dynamic_split_fuse = bool(self.profile.get("openvino.dynamic_split_fuse"))
         sc.max_num_batched_tokens = int(self.profile.get("openvino.max_num_batched_tokens"))
         sc.max_num_seqs = 2
+        mode = str(self.profile.get("openvino.sparse_attention"))
+        if mode != "off":
+            sc.use_sparse_attention = True
+            sc.sparse_attention_config = self._sparse_config(mode)
         self._pipe = None
         try:
             self._pipe = g.ContinuousBatchingPipeline(
@@ -297,6 +315,10 @@ class OpenVinoSession:
     @property
     def kv_block_size(self) -> int:
         return self._block
+
+    @property
+    def reuse_granularity(self) -> int:
+        return self._block  # prefix caching shares whole KV blocks
 
     @property
     def resident_tokens(self) -> list[int]:
@@ -590,13 +612,7 @@ class OpenVinoSession:
             return result
 
     def generate(self, max_tokens: int = 256) -> GenerateResult:
-        it = self.stream(max_tokens=max_tokens)
-        while True:
-            try:
-                next(it)
-            except StopIteration as stop:
-                result: GenerateResult = stop.value
-                return result
+        return drain(self.stream(max_tokens=max_tokens))
 
     # ----------------------------------------------------------------- unsupported
 
