@@ -69,27 +69,13 @@ def build(svc: ContextService, state: BufferState, turn: TurnSpec, session: Any,
 
 
 def repo_map(svc: ContextService, state: BufferState, session: Any) -> RepoMap | None:
-    """Segment E from the index, focused on open and pinned files (never on the question,
-    so the map is the same for the idle pre-prefill and the ask). Budgets are in real
-    model tokens."""
-    from contextasm import RepoMap
+    """Segment E from the index, focused on open and pinned files."""
+    from contextasm.workspace import repo_map_from_index
 
-    index = svc.index
-    if index is None or svc.repo_map_tokens <= 0:
+    if svc.index is None:
         return None
-    focus = [str(p) for p in state.focus_files]
-
-    def count(text: str) -> int:
-        return len(session.tokenize(text, add_bos=False, special=False))
-
-    def render(budget: int) -> tuple[str, str]:
-        m = index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
-        return m.text, m.digest
-
-    text, digest = render(svc.repo_map_tokens)
-    if not text.strip():
-        return None
-    return RepoMap(text=text, digest=digest, render=render)
+    return repo_map_from_index(svc.index, session, svc.repo_map_tokens,
+                               [str(p) for p in state.focus_files])
 
 
 def _root_of(path: Path, roots: list[Path]) -> Path | None:

@@ -28,6 +28,7 @@ from contextasm import (
     explain,
     gather_inputs,
 )
+from contextasm.workspace import repo_map_from_index
 from engine import EngineError, Profile, Session
 from engine.model_files import cache_dir
 from engine.results import drain
@@ -122,18 +123,7 @@ class WorkspaceTurn:
     # ------------------------------------------------------------------ assembly
 
     def _repo_map(self, focus: list[str]) -> RepoMap | None:
-        if self.map_tokens <= 0:
-            return None
-
-        def count(text: str) -> int:
-            return len(self.session.tokenize(text, special=False))
-
-        def render(budget: int) -> tuple[str, str]:
-            m = self.index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
-            return m.text, m.digest
-
-        text, digest = render(self.map_tokens)
-        return RepoMap(text=text, digest=digest, render=render) if text.strip() else None
+        return repo_map_from_index(self.index, self.session, self.map_tokens, focus)
 
     def assemble(self, turn: TurnRequest) -> Assembly:
         # The map is focused on the file only, never on the question: the stable prefix must

@@ -58,6 +58,7 @@ from contextasm.workspace import (
     load_pin,
     load_repo_instructions,
     load_system_prompt,
+    repo_map_from_index,
 )
 
 __all__ = [
@@ -113,4 +114,5 @@ __all__ = [
     "load_pin",
     "load_repo_instructions",
     "load_system_prompt",
+    "repo_map_from_index",
 ]

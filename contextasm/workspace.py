@@ -332,6 +332,32 @@ def load_pin(
     return Pin(path=rel, start_line=start, end_line=end, text="\n".join(lines[start - 1 : end]))
 
 
+def repo_map_from_index(
+    index: Any, tokenizer: Any, budget_tokens: int, focus_files: Sequence[str]
+) -> RepoMap | None:
+    """Segment E from a ``repo_index.RepoIndex``, budgeted in the model's own tokens (via
+    ``tokenizer.tokenize``), focused on ``focus_files``; None when the budget is 0 or the map
+    is empty. The returned ``RepoMap.render`` lets the budget shrink the map later.
+
+    Callers focus it on open/pinned files, never on the question, so the map (and so the
+    stable prefix) is the same for every question about the same editor state."""
+    if budget_tokens <= 0:
+        return None
+    focus = list(focus_files)
+
+    def count(text: str) -> int:
+        return len(tokenizer.tokenize(text, add_bos=False, special=False))
+
+    def render(budget: int) -> tuple[str, str]:
+        m = index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
+        return m.text, m.digest
+
+    text, digest = render(budget_tokens)
+    if not text.strip():
+        return None
+    return RepoMap(text=text, digest=digest, render=render)
+
+
 def gather_inputs(
     root: str | os.PathLike[str],
     question: str,
