@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     size = bench.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
     size.add_argument("--full", action="store_true", help="adds 8k and 16k suffix points")
+    bench.add_argument(
+        "--openvino-model-dir",
+        metavar="DIR",
+        help="OpenVINO IR folder for the backends section (default: the cached int8 conversion)",
+    )
 
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)

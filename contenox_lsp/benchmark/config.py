@@ -39,6 +39,11 @@ class BenchConfig:
     curve_points: tuple[int, ...]
     scaling_sizes: tuple[int, ...]
     scaling_question: int  # tokens of the user turn asked after each stable context
+    # Backends section (llama.cpp vs OpenVINO on the same assembled prompts).
+    backends_cold_sizes: tuple[int, ...] = (2048, 4096)  # cold prefill tokens/s points
+    backends_prefix: int = 2048  # stable prefix of the warm changed-suffix row
+    backends_suffix: int = 128  # its changed suffix (the user turn: cursor code + question)
+    backends_child_timeout_s: float = 1800.0  # hang guard per backend child, not a timing
     trace: TraceConfig = field(default_factory=TraceConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +83,9 @@ QUICK = replace(
     curve_points=(0, 128, 512),
     scaling_sizes=(512, 1024),
     scaling_question=32,
+    backends_cold_sizes=(512, 1024),
+    backends_prefix=512,
+    backends_suffix=64,
     trace=TraceConfig(
         steps=TRACE_STEPS_QUICK,
         repo_map_tokens=256,

@@ -54,7 +54,8 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _read(names: Sequence[str]) -> list[tuple[str, str]]:
+def read_stdlib(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, text) of each standard-library file of ``names`` that exists."""
     root = stdlib_root()
     out = []
     for name in names:
@@ -68,7 +69,7 @@ def repo_map_text(edited: bool = False) -> str:
     """Top-level definitions and signatures, like the server's repo map segment."""
     lines = ["# Repository map", ""]
     first_def = True
-    for name, text in _read(REPO_MAP_FILES):
+    for name, text in read_stdlib(REPO_MAP_FILES):
         lines.append(f"{name}:")
         for node in ast.parse(text).body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -96,9 +97,9 @@ class Corpus:
         self._tools = session.tokenize(tools, special=False)
         self._map = session.tokenize(repo_map_text(False), special=False)
         self._map_edited = session.tokenize(repo_map_text(True), special=False)
-        pinned = "".join(f"# Pinned: {n}\n\n```\n{t}```\n\n" for n, t in _read(STABLE_FILES))
+        pinned = "".join(f"# Pinned: {n}\n\n```\n{t}```\n\n" for n, t in read_stdlib(STABLE_FILES))
         self._pinned = session.tokenize(pinned, special=False)
-        change = "".join(f"# {n}\n{t}\n" for n, t in _read(CHANGE_FILES))
+        change = "".join(f"# {n}\n{t}\n" for n, t in read_stdlib(CHANGE_FILES))
         self._change = session.tokenize(change, special=False)
         self._used_first: set[int] = set()
         self._offsets: dict[int, int] = {}

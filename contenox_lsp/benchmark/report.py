@@ -75,6 +75,7 @@ def markdown(r: dict[str, Any]) -> str:
     s = r["sections"]
     lines += _runtime(s["runtime"]) + _curve(s["curve"]) + _trace(s["trace"])
     lines += _scaling(s["scaling"])
+    lines += _backends(s.get("backends", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)
@@ -208,3 +209,67 @@ def _scaling(sec: dict[str, Any]) -> list[str]:
     return out + _table(["stable tokens", "warm TTFT ms", "cold TTFT ms", "warm / cold",
                          "KV state MiB", "KV KiB / token", "KV KiB per added token",
                          "process RSS MiB"], rows)
+
+
+_BACKEND_FMT: dict[str, Any] = {"tokens/s": lambda x: _num(x, 1), "ms": _ms,
+                                "MiB": lambda x: _num(x, 0)}
+
+
+def _backends(sec: dict[str, Any]) -> list[str]:
+    title = "## 5. Backends: llama.cpp vs OpenVINO"
+    if not sec.get("rows"):
+        return [title, "", f"Section {sec.get('status', 'not run')}.", ""]
+    b = sec["backends"]
+    out = [title, ""]
+    if sec.get("status") != "ok":
+        out += [f"Section {sec['status']}.", ""]
+    out += [f"Models — llama.cpp: {b['llama'].get('model') or '–'}; OpenVINO: "
+            f"{b['openvino'].get('model') or '–'}. cache.block_size {sec['block_size']} on both. "
+            f"Warm row: a stable prefix of at most {sec['prefix_tokens']} tokens and a changed "
+            f"suffix of about {sec['suffix_tokens']} tokens. {sec['note']}", ""]
+    rows = []
+    for row in sec["rows"]:
+        fmt = _BACKEND_FMT.get(row["unit"], _ms)
+        cells = [fmt(row[n]["median"]) if row.get(n, {}).get("n") == 1 else _stat(row.get(n), fmt)
+                 for n in ("llama", "openvino")]
+        r = row.get("ov_over_llama")
+        rows.append([f"{row['label']} ({row['unit']})", *cells,
+                     "–" if r is None else f"{r:.2f}"])
+    out += _table(["row", "llama.cpp", "OpenVINO", "OV/llama ratio"], rows)
+    warm = next((r for r in sec["rows"] if r["name"] == "warm_suffix_ttft"), None)
+    if warm:
+        reuse = "; ".join(
+            f"{label}: reused/new {_pairs(warm['reused_tokens'].get(n), warm['new_tokens'].get(n))}"
+            f", warm/cold {_num(warm['warm_over_cold'].get(n), 3)}"
+            for n, label in (("llama", "llama.cpp"), ("openvino", "OpenVINO")))
+        out += [f"Warm changed suffix — {reuse}.", ""]
+    same = {True: "**yes**", False: "**no**", None: "not compared"}[sec.get("same_tokens")]
+    diff = sec.get("first_difference")
+    g = sec["greedy"]
+    out += [f"Same token ids from the assembler on both backends: {same} "
+            f"({sec.get('prompts_compared', 0)} prompts)"
+            + (f"; first difference in `{diff['step']}` at token {diff['at']}" if diff else "")
+            + f". Greedy first token equal on {g['first_tokens_equal']} of "
+            f"{g['prompts_compared']} prompts; first {g['tokens']} tokens equal on all: "
+            f"{ {True: 'yes', False: 'no', None: '–'}[g['all_equal']] } (recorded, not a check: "
+            "the GGUF's and the IR's quantizations differ).", ""]
+    mem = "; ".join(
+        f"{label}: peak {_mib_s(b[n].get('peak_rss_bytes'))} MiB, after load "
+        f"{_mib_s(b[n].get('rss_after_load_bytes'))} MiB, load {_num(b[n].get('load_s'), 1)} s"
+        for n, label in (("llama", "llama.cpp"), ("openvino", "OpenVINO")))
+    ms = sec.get("memory_settings")
+    if ms:
+        mem += (f" (n_ctx {ms['context.n_ctx']}; openvino.cache_size_gb "
+                f"{ms['openvino.cache_size_gb']})")
+    out += [f"Memory — {mem}. {sec['memory_note']}", ""]
+    return out
+
+
+def _pairs(reused: list[int] | None, new: list[int] | None) -> str:
+    if not reused or not new:
+        return "–"
+    return ", ".join(f"{r}/{n}" for r, n in zip(reused, new, strict=False))
+
+
+def _mib_s(x: float | None) -> str:
+    return "–" if x is None else f"{x / 2**20:,.0f}"
