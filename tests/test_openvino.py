@@ -72,6 +72,28 @@ def test_openvino_profile_changes_identity(tmp_path: Path) -> None:
     assert p.profile_id != default_profile().profile_id
 
 
+def test_convert_cli_keeps_stdout_clean() -> None:
+    """NNCF logs to stdout through a handler bound at import, native code writes to fd 1:
+    during a conversion all of it must reach stderr, and stdout works again afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, os, sys\n"
+        "h = logging.StreamHandler(sys.stdout); log = logging.getLogger('x')\n"
+        "log.addHandler(h); log.setLevel(logging.INFO)\n"
+        "from engine.openvino.convert import _stdout_to_stderr\n"
+        "with _stdout_to_stderr():\n"
+        "    print('py-print'); log.info('bound-handler'); os.write(1, b'fd-write\\n')\n"
+        "print('after')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout == "after\n"
+    for text in ("py-print", "bound-handler", "fd-write"):
+        assert text in done.stderr
+
+
 # ----------------------------------------------------------------------------- fixtures
 
 

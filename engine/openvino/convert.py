@@ -20,6 +20,7 @@ engine package imports without any of it. This module never prints to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -433,6 +434,26 @@ def add_model_cli(subparsers: Any) -> argparse.ArgumentParser:
     return model
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout meanwhile to stderr, at the fd level: NNCF logs to
+    stdout through a handler bound at import time, and native code writes to fd 1 directly.
+    The CLI's stdout stays clean for whatever consumes it."""
+    out = sys.stdout
+    out.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        out.flush()
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        sys.stdout = out
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``model convert``; writes one status line to stderr, returns an exit code."""
     from engine.profile import EMBEDDED_MODEL
@@ -447,10 +468,11 @@ def run(args: argparse.Namespace) -> int:
         src = Path(src_arg)
     t0 = time.perf_counter()
     try:
-        if args.out is None:
-            out = cached_convert(src, args.weight_format)
-        else:
-            out = convert(src, Path(args.out), args.weight_format)
+        with _stdout_to_stderr():
+            if args.out is None:
+                out = cached_convert(src, args.weight_format)
+            else:
+                out = convert(src, Path(args.out), args.weight_format)
     except EngineError as exc:
         print(f"contenox-lsp: error [{exc.code}]: {exc.message}", file=sys.stderr)
         return 1
