@@ -142,3 +142,47 @@ def test_quick_report_backends_section(quick_report: tuple[Path, dict[str, Any],
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "| row | llama.cpp | OpenVINO | OV/llama ratio |" in md
     assert "Same token ids from the assembler on both backends: **yes**" in md
+
+
+@pytest.mark.timeout(3600)  # hang guard; ov_model_dir may convert the model first
+def test_quick_report_on_the_openvino_backend(tmp_path: Path, ov_model_dir: Path) -> None:
+    """``--profile`` selecting OpenVINO: every section runs or says why not, nothing fails."""
+    from conftest import openvino_profile_toml
+
+    profile = openvino_profile_toml(ov_model_dir, tmp_path / "ov.toml")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "contenox_lsp.cli", "bench", "--quick", "--profile", str(profile),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert len(proc.stdout.strip().splitlines()) == 1 and "backend openvino" in proc.stdout
+    r = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert r["profile"]["backend"] == "openvino"
+    assert r["profile"]["values"]["profile.backend"] == "openvino"
+    failed = {n: s["status"] for n, s in r["sections"].items()
+              if not str(s["status"]).startswith(("ok", "skipped"))}
+    assert not failed, failed
+
+    rt = r["sections"]["runtime"]
+    assert rt["status"] == "ok" and rt["backend"] == "openvino"
+    assert rt["capabilities"]["snapshots"] is False and rt["reuse_granularity"] == 32
+    rows = {row["name"]: row for row in rt["rows"]}
+    for name in ("snapshot_save", "snapshot_restore"):
+        assert rows[name]["status"].startswith("not applicable: "), rows[name]
+    for name in ("cold_prefill", "warm_same_prefix", "warm_changed_suffix", "decode"):
+        assert rows[name]["status"] == "ok", rows[name]
+    assert _is_stat(rows["cold_prefill"]["tokens_per_s"])
+    assert _is_stat(rows["warm_changed_suffix"]["ttft_ms"])
+    assert _is_stat(rows["decode"]["tokens_per_s"])
+    fails = {f["name"]: f for f in rt["failures"]}
+    assert fails["corrupt_snapshot"]["status"].startswith("not applicable: ")
+    assert rt["overhead"]["status"].startswith("not applicable: ")
+    goals = {g["id"]: g for g in r["goals"]}
+    assert goals["snapshot_restore"]["status"] == goals["engine_overhead"]["status"] \
+        == "not evaluated"
+    assert r["sections"]["scaling"]["kv_state_status"].startswith("not applicable: ")
+
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Backend **openvino**" in md and "not applicable: the openvino backend" in md

@@ -1,6 +1,6 @@
 """Benchmark building blocks that need no model: stats, the trace script, prompt reordering for
-the baselines, the bench profile file, the backends section's plan and summary, and the report
-on sections that did not run."""
+the baselines, the bench profile file, the backends section's plan and summary, the report
+on sections that did not run, and what is not applicable on a backend without snapshots."""
 
 from __future__ import annotations
 
@@ -9,10 +9,20 @@ import io
 import itertools
 from pathlib import Path
 
-from contenox_lsp.benchmark import backends, backends_plan, goals, report
+from contenox_lsp.benchmark import (
+    applicable,
+    backends,
+    backends_plan,
+    goals,
+    report,
+    runtime,
+    scaling,
+    trace,
+)
 from contenox_lsp.benchmark.backends_plan import PromptSpec, Step
 from contenox_lsp.benchmark.baselines import contenox_order, editor_order
 from contenox_lsp.benchmark.config import QUICK
+from contenox_lsp.benchmark.corpus import PRIMER_TEXT, cold_reset
 from contenox_lsp.benchmark.profile_file import bench_profile, write_toml
 from contenox_lsp.benchmark.progress import Progress
 from contenox_lsp.benchmark.stats import first_mismatch, ratio, summary
@@ -258,3 +268,178 @@ def test_backends_section_is_skipped_not_failed_without_a_model(tmp_path: Path) 
     assert set(sec) == {"status"} and sec["status"].startswith("skipped: ")
     assert "contenox-lsp model convert --to openvino" in sec["status"]
     assert progress.done == progress.total  # the bar still reaches 100%
+
+
+# ----------------------------------------------------------------------------- not applicable
+
+
+class _Session:
+    """What the applicability checks read of a session (``backend``, ``capabilities``), and a
+    record of the calls ``cold_reset`` makes; no model behind it."""
+
+    def __init__(self, backend: str, **caps: bool) -> None:
+        self.backend = backend
+        self.capabilities = {"snapshots": True, "branches": True, "cancel": True,
+                             "prefix_reuse": True} | caps
+        self.calls: list[tuple[str, int]] = []
+
+    def reset(self) -> None:
+        self.calls.append(("reset", 0))
+
+    def prefill(self, tokens: list[int]) -> None:
+        self.calls.append(("prefill", len(tokens)))
+
+
+LLAMA = _Session("llama")
+OPENVINO = _Session("openvino", snapshots=False, branches=False)
+
+
+def test_not_applicable_follows_capabilities_then_the_bare_loop_backend() -> None:
+    assert applicable.lacks(LLAMA, "snapshots") is None
+    assert applicable.lacks(LLAMA, "branches") is None and applicable.bare_loop(LLAMA) is None
+    snap = applicable.lacks(OPENVINO, "snapshots")
+    assert snap == ("not applicable: the openvino backend has no snapshots (save/restore of the "
+                    "sequence's KV state)")
+    assert applicable.lacks(OPENVINO, "branches") == (
+        "not applicable: the openvino backend has no parked branches")
+    assert applicable.lacks(OPENVINO, "cancel") is None  # OpenVINO cancels between steps
+    # The capability decides, not the backend's name.
+    assert applicable.lacks(_Session("llama", branches=False), "branches") is not None
+    assert applicable.lacks(_Session("other"), "snapshots") is None
+    assert applicable.lacks(object(), "snapshots") is not None  # no capabilities: none
+    bare = applicable.bare_loop(OPENVINO)
+    assert bare is not None and bare.startswith("not applicable: ") and "openvino" in bare
+    assert applicable.is_not_applicable(snap) and applicable.is_not_applicable({"status": snap})
+    assert not applicable.is_not_applicable({"status": "ok"})
+    assert not applicable.is_not_applicable(None)
+    assert applicable.row("snapshot_save", "snapshot save", snap) == {
+        "name": "snapshot_save", "label": "snapshot save", "status": snap, "check": "n/a"}
+    assert runtime.not_applicable(LLAMA) == {"snapshots": None, "cancel": None,
+                                             "bare_loop": None}
+    assert runtime.not_applicable(OPENVINO) == {"snapshots": snap, "cancel": None,
+                                                "bare_loop": bare}
+
+
+def _runtime_section(session: _Session) -> dict[str, object]:
+    """The runtime section as ``runtime.run`` reports it, from made-up samples."""
+    s = runtime._Samples()
+    for key, value in (("cold_ms", 200.0), ("cold_tps", 2560.0), ("same_ms", 5.0),
+                       ("suffix_ms", 30.0), ("decode_tps", 50.0), ("decode_step_ms", 20.0)):
+        s.add(key, value)
+    checks = {"warm_same_prefix": [True], "warm_changed_suffix": [True]}
+    na = runtime.not_applicable(session)
+    if na["snapshots"] is None:
+        s.add("save_ms", 3.0)
+        s.add("restore_ms", 2.0)
+        checks["snapshot_restore"] = [True]
+    else:
+        checks["decode"] = [True]
+    facts: dict[str, object] = {"cancel_committed": [], "cancel_missed": 0}
+    sec = runtime._report(QUICK, 512, 64, 4, s, checks, facts, ("repo map", 100, 300), 120,
+                          250.0, na)
+    if na["bare_loop"] is None:
+        ms = summary([100.0], "ms")
+        sec["overhead"] = {"status": "ok", "tokens": 512, "pairs": 1, "engine_ms": ms,
+                           "bare_ms": ms, "engine_tokens_per_s": summary([5120.0], "tokens/s"),
+                           "bare_tokens_per_s": summary([5120.0], "tokens/s"),
+                           "engine_over_bare_time": summary([1.0], "ratio")}
+    else:
+        sec["overhead"] = {"status": na["bare_loop"]}
+    return sec
+
+
+def test_runtime_rows_without_snapshots_are_not_applicable_never_dropped() -> None:
+    sec = _runtime_section(OPENVINO)
+    rows = {r["name"]: r for r in sec["rows"]}  # type: ignore[attr-defined]
+    assert set(rows) == {"cold_prefill", "warm_same_prefix", "warm_changed_suffix",
+                         "edited_stable_segment", "snapshot_save", "snapshot_restore", "decode"}
+    for name in ("snapshot_save", "snapshot_restore"):
+        assert rows[name]["status"].startswith("not applicable: the openvino backend has no "
+                                               "snapshots"), rows[name]
+        assert rows[name]["check"] == "n/a" and "ms" not in rows[name]
+    assert all(r["status"] == "ok" for n, r in rows.items() if not n.startswith("snapshot"))
+    assert rows["decode"]["check"] == "pass"  # checked here instead of after a restore
+    fails = {f["name"]: f for f in sec["failures"]}  # type: ignore[attr-defined]
+    assert applicable.is_not_applicable(fails["corrupt_snapshot"])
+    assert fails["cancelled_prefill"]["status"] == fails["over_context"]["status"] == "ok"
+
+    on_llama = _runtime_section(LLAMA)
+    assert all(r["status"] == "ok" for r in on_llama["rows"])  # type: ignore[attr-defined]
+    assert all(f["status"] == "ok" for f in on_llama["failures"])  # type: ignore[attr-defined]
+
+
+def test_goals_on_not_applicable_rows_are_not_evaluated_and_the_report_says_why() -> None:
+    by = {g["id"]: g for g in goals.evaluate({"runtime": _runtime_section(OPENVINO)})}
+    for gid in ("snapshot_restore", "engine_overhead"):
+        assert by[gid]["met"] is None and by[gid]["status"] == "not evaluated", by[gid]
+        assert by[gid]["measured"].startswith("not evaluated (not applicable: ")
+    assert by["warm_suffix_ttft"]["status"] == "not measured"  # no curve section given
+    on_llama = {g["id"]: g for g in goals.evaluate({"runtime": _runtime_section(LLAMA)})}
+    assert on_llama["snapshot_restore"]["status"] == "met"  # 200 ms vs 2 ms: 100x
+    assert on_llama["engine_overhead"]["status"] == "met"
+    assert {g["status"] for g in on_llama.values()} <= set(goals.GOAL_STATUSES)
+
+    sections: dict[str, dict[str, object]] = {
+        name: {"status": "not run: test"} for name in ("curve", "trace", "scaling", "backends")}
+    sections["runtime"] = _runtime_section(OPENVINO)
+    r = {
+        "mode": "quick", "started_at": "now", "duration_s": 1.0,
+        "machine": {"cpu_count": 2, "loadavg_start": None, "loadavg_end": None},
+        "profile": {"profile_id": "p", "model": "m", "backend": "openvino",
+                    "values": {"profile.backend": "openvino"}},
+        "sections": sections, "goals": goals.evaluate(sections), "plots": {},
+    }
+    md = report.markdown(r)
+    assert "Backend **openvino**" in md
+    assert md.count("| not evaluated |") == 2
+    assert ("| snapshot save (512-token prefix) | – | – | – | not applicable: the openvino "
+            "backend has no snapshots") in md
+    assert "| engine cold prefill vs a bare llama-cpp-python loop | – | – | – | not applicable: "\
+        in md
+    assert "| corrupt snapshot (one flipped byte) | not applicable: " in md
+
+
+def test_scaling_trace_and_profile_file_on_another_backend(tmp_path: Path) -> None:
+    assert "not applicable: the openvino backend has no snapshots" in scaling._note(
+        applicable.lacks(OPENVINO, "snapshots"))
+    assert trace.systems("llama") == trace.SYSTEMS
+    ov = trace.systems("openvino")
+    assert ov["a"] == trace.SYSTEMS["a"] and "openvino" in ov["c"] and "openvino" in ov["d"]
+    assert trace.ttft_definition("llama") == trace.TTFT_DEFINITION != trace.ttft_definition("ov")
+
+    # A relative openvino.model_dir stays relative to the user's profile in the written copy.
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "ov.toml").write_text(
+        '[profile]\nbackend = "openvino"\n[openvino]\nmodel_dir = "ir"\n', encoding="utf-8")
+    profile, _ = bench_profile(str(tmp_path / "user" / "ov.toml"), None, 4096)
+    written = load_profile(write_toml(profile, tmp_path / "bench.toml"))
+    assert written.backend == "openvino"
+    assert written.get("openvino.model_dir") == str((tmp_path / "user" / "ir").resolve())
+
+
+def test_cold_reset_empties_the_cache_then_runs_the_untimed_primer() -> None:
+    session = _Session("openvino", snapshots=False)
+    cold_reset(session, [7, 8, 9])
+    assert session.calls == [("reset", 0), ("prefill", 3)]
+    assert not PRIMER_TEXT.startswith("<")  # plain text: never a turn marker or BOS first
+
+
+def test_rebuilt_server_prompt_pads_the_stable_region_to_whole_blocks() -> None:
+    """With cache.block_size > 1 the assembler pads segments A–F with newline tokens (in no
+    segment's text); the rebuild for system c must too, or it is shorter than the server's."""
+    segs = [
+        {"kind": "system", "text": OPEN + "SYSTEM\n\n"},
+        {"kind": "pinned", "text": "PIN\n\n"},
+        {"kind": "user", "text": "Question: why?" + CLOSE},
+    ]
+
+    def tok(text: str, special: bool) -> list[int]:
+        return [-1] if special else [ord(c) for c in text]
+
+    plain = contenox_order(segs, tok, 2, OPEN, CLOSE)
+    padded = contenox_order(segs, tok, 2, OPEN, CLOSE, block_size=32)
+    stable = 1 + 1 + len("SYSTEM\n\n") + len("PIN\n\n")  # BOS, open marker, A, F
+    assert plain[:stable] == padded[:stable] and len(padded[:stable]) == stable
+    assert padded[stable:32] == [ord("\n")] * (32 - stable)  # after F, before the user turn
+    assert padded[32:] == plain[stable:]
+    assert contenox_order(segs, tok, 2, OPEN, CLOSE, block_size=1) == plain

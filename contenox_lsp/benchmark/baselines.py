@@ -6,6 +6,11 @@ d. llama-cpp-python's high-level ``Llama`` with its built-in longest-common-pref
    the same text in the order common editor plugins use: the current file and cursor context
    first, then the other snippets (system prompt, tools, repo map, pins, diff), the question
    last.
+
+Both are llama.cpp. On another backend (``profile.backend``, e.g. OpenVINO) they would compare
+the server with another runtime, so they run on that backend's own engine session instead
+(``run_session_cold``, ``run_session_prefix_reuse``): c is a request with nothing cached, d the
+backend's prefix reuse fed the editor-plugin order.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from contenox_lsp.benchmark.bare import _FLASH, _KV_TYPES, BareContext, BareModel
+from contenox_lsp.benchmark.corpus import cold_reset
+from contextasm.budget import padding_for
+from contextasm.segments import STABLE_KINDS
 
 Tokenize = Callable[[str, bool], list[int]]
 Segments = Sequence[dict[str, Any]]
@@ -47,9 +55,14 @@ def _split_marker(text: str, marker: str, at_start: bool) -> tuple[str, str]:
 
 
 def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open: str,
-                   fmt_close: str) -> list[int]:
-    """The server's prompt: segments in order, markers special, content plain."""
+                   fmt_close: str, block_size: int = 1) -> list[int]:
+    """The server's prompt: segments in order, markers special, content plain; with
+    ``block_size`` > 1 the stable region (BOS and segments A–F) padded with newline tokens to a
+    whole number of blocks, as the assembler does (the padding is in no segment's text)."""
     out: list[int] = [] if bos is None else [bos]
+    stable = {k.value for k in STABLE_KINDS}
+    last_stable = max((i for i, seg in enumerate(segments) if seg.get("kind") in stable),
+                      default=-1)
     for i, seg in enumerate(segments):
         text = seg["text"]
         if i == 0:
@@ -60,6 +73,8 @@ def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open:
             out += tok(body, False) + (tok(marker, True) if marker else [])
         else:
             out += tok(text, False)
+        if i == last_stable:
+            out += tok("\n", False) * padding_for(len(out), block_size)
     return out
 
 
@@ -96,6 +111,57 @@ def run_fresh_context(model: BareModel, prompts: Sequence[list[int]],
                      "prompt_tokens": len(tokens), "reused_tokens": 0,
                      "new_tokens": len(tokens)})
         on_step(f"trace c: ask {i + 1}/{len(prompts)}")
+    return rows
+
+
+def session_tokenize(session: Any) -> Tokenize:
+    """The session's own tokenizer, in the shape the prompt rebuilders take."""
+
+    def tokenize(text: str, special: bool) -> list[int]:
+        return list(session.tokenize(text, special=special))
+
+    return tokenize
+
+
+def session_bos(session: Any, profile: Any) -> int | None:
+    """The BOS the server's assembler puts first (bos_policy "add"), or None."""
+    bos = session.bos_token_id
+    return int(bos) if bos is not None and bos >= 0 and profile.bos_policy == "add" else None
+
+
+def run_session_cold(session: Any, primer: Sequence[int], prompts: Sequence[list[int]],
+                     on_step: Callable[[str], None]) -> list[dict[str, Any]]:
+    """System c on an engine session: every ask with nothing cached (``cold_reset`` first, not
+    timed: on OpenVINO ``reset()`` rebuilds the pipeline, which is loading, not a context), then
+    the prefill and the first token (TTFT as the engine measures it: prefill start to the first
+    token)."""
+    rows = []
+    for i, tokens in enumerate(prompts):
+        t0 = time.perf_counter()
+        cold_reset(session, primer)
+        reset_ms = (time.perf_counter() - t0) * 1000.0
+        r = session.prefill(tokens)
+        g = session.generate(1)
+        rows.append({"ttft_ms": g.ttft_ms, "prefill_ms": r.prefill_ms, "context_ms": None,
+                     "reset_ms": reset_ms, "prompt_tokens": len(tokens),
+                     "reused_tokens": r.reused_tokens, "new_tokens": r.new_tokens})
+        on_step(f"trace c: ask {i + 1}/{len(prompts)}")
+    return rows
+
+
+def run_session_prefix_reuse(session: Any, primer: Sequence[int], prompts: Sequence[list[int]],
+                             max_tokens: int, on_step: Callable[[str], None]
+                             ) -> list[dict[str, Any]]:
+    """System d on an engine session: one session for the whole trace, its own prefix reuse
+    (on OpenVINO the pipeline's prefix cache, whole KV blocks), ``max_tokens`` per ask."""
+    cold_reset(session, primer)  # nothing of system c stays cached
+    rows = []
+    for i, tokens in enumerate(prompts):
+        r = session.prefill(tokens)
+        g = session.generate(max_tokens)
+        rows.append({"ttft_ms": g.ttft_ms, "prompt_tokens": len(tokens),
+                     "reused_tokens": r.reused_tokens, "new_tokens": r.new_tokens})
+        on_step(f"trace d: ask {i + 1}/{len(prompts)}")
     return rows
 
 

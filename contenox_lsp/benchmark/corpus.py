@@ -39,6 +39,10 @@ TOOLS = [
     {"name": "search", "description": "Search the repository for a symbol or text",
      "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}},
 ]
+#: The untimed request after each reset (``cold_reset``): plain text, so its first token is
+#: neither BOS nor a turn marker and no measured prompt shares a prefix (or a KV block) with it.
+PRIMER_TEXT = ("# warm-up: a short unrelated request, run before each cold measurement so that "
+               "a rebuilt pipeline's one-time setup is not timed\n")
 GEMMA_OPEN = "<start_of_turn>user\n"
 GEMMA_CLOSE = "<end_of_turn>\n<start_of_turn>model\n"
 
@@ -101,6 +105,7 @@ class Corpus:
         self._pinned = session.tokenize(pinned, special=False)
         change = "".join(f"# {n}\n{t}\n" for n, t in read_stdlib(CHANGE_FILES))
         self._change = session.tokenize(change, special=False)
+        self._primer = primer_tokens(session)
         self._used_first: set[int] = set()
         self._offsets: dict[int, int] = {}
 
@@ -143,6 +148,25 @@ class Corpus:
 
     def filler(self, n: int) -> list[int]:
         return _cycle(self._pinned, n)[:n]
+
+    def primer(self) -> list[int]:
+        return list(self._primer)
+
+
+def primer_tokens(session: Any) -> list[int]:
+    """``PRIMER_TEXT`` in the session's tokens (see ``cold_reset``)."""
+    return list(session.tokenize(PRIMER_TEXT, special=False))
+
+
+def cold_reset(session: Any, primer: Sequence[int]) -> None:
+    """An empty cache, then one short unrelated request (not timed) before a cold measurement.
+
+    ``reset()`` clears llama.cpp's KV but rebuilds OpenVINO's whole pipeline (its prefix cache
+    lives there), whose first inference then pays a one-time setup a running server never pays
+    again; the primer takes that cost, so "cold" means "nothing cached" on every backend.
+    """
+    session.reset()
+    session.prefill(primer)
 
 
 def _cycle(tokens: list[int], n: int) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import Corpus
+from contenox_lsp.benchmark.corpus import Corpus, cold_reset
 from contenox_lsp.benchmark.progress import Progress
 from contenox_lsp.benchmark.stats import check, median, ratio, summary
 
@@ -30,7 +30,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, decode_step_ms: float | 
     prompts = {k: prefix + corpus.suffix(k, variant=100 + i) for i, k in enumerate(points)}
 
     progress.note("curve: prefilling the stable prefix")
-    session.reset()
+    cold_reset(session, corpus.primer())
     session.prefill(prefix)
     progress.step("curve: points")
     warm: dict[int, list[float]] = {k: [] for k in points}
@@ -55,7 +55,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, decode_step_ms: float | 
                     first_warm[k] = g.tokens[0] if g.tokens else None
                 progress.step(f"curve warm {rep + 1}/{cfg.reps}: {k} changed tokens")
             if rep < cfg.cold_reps:
-                session.reset()
+                cold_reset(session, corpus.primer())
                 session.prefill(prompts[k])
                 g = session.generate(1)
                 cold[k].append(g.ttft_ms)

@@ -1,10 +1,18 @@
-"""The issue's goals, each judged from figures measured in this run."""
+"""The issue's goals, each judged from figures measured in this run.
+
+Every goal has ``status``: ``"met"``, ``"not met"``, ``"not measured"`` (its section did not
+run or measured nothing to judge) or ``"not evaluated"`` (the rows it depends on are not
+applicable to this run's backend, see ``applicable``); ``met`` is True, False or None.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from contenox_lsp.benchmark.applicable import BARE_LOOP_BACKEND, is_not_applicable
 from contenox_lsp.benchmark.stats import median, ratio
+
+GOAL_STATUSES = ("met", "not met", "not measured", "not evaluated")
 
 SNAPSHOT_GOAL_TOKENS = 2048
 
@@ -19,13 +27,20 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _goal(gid: str, text: str, met: bool | None, measured: str,
-          values: dict[str, Any], note: str = "") -> dict[str, Any]:
-    return {"id": gid, "goal": text, "met": met, "measured": measured, "values": values,
-            "note": note}
+          values: dict[str, Any], note: str = "", status: str | None = None) -> dict[str, Any]:
+    if status is None:
+        status = {True: "met", False: "not met", None: "not measured"}[met]
+    return {"id": gid, "goal": text, "met": met, "status": status, "measured": measured,
+            "values": values, "note": note}
 
 
 def _not_measured(gid: str, text: str, section: dict[str, Any]) -> dict[str, Any]:
     return _goal(gid, text, None, f"not measured ({section.get('status', 'not run')})", {})
+
+
+def not_evaluated(gid: str, text: str, why: str) -> dict[str, Any]:
+    """A goal whose figures are not applicable to this run (``why``: the row's status)."""
+    return _goal(gid, text, None, f"not evaluated ({why})", {}, status="not evaluated")
 
 
 def _warm_suffix(curve: dict[str, Any]) -> dict[str, Any]:
@@ -52,11 +67,14 @@ def _trace(trace: dict[str, Any]) -> dict[str, Any]:
     r, nr = trace["ratios"], trace.get("new_token_ratios", {})
     ac, ad = r["a_over_c"], r["a_over_d"]
     met = None if ac is None or ad is None else (ac <= 0.1 and ad <= 0.2)
+    backend = trace.get("backend", BARE_LOOP_BACKEND)
+    on = "" if backend == BARE_LOOP_BACKEND else (
+        f"; c and d ran on the {backend} backend's engine session (see the trace section)")
     return _goal("trace_ttft", text, met,
                  f"a/c = {_f(ac)} (goal ≤ 0.10), a/d = {_f(ad)} (goal ≤ 0.20), "
                  f"b/d = {_f(r['b_over_d'])}", dict(r) | {"new_tokens": nr},
                  f"tokens prefilled at ask: a/c = {_f(nr.get('a_over_c'))}, "
-                 f"a/d = {_f(nr.get('a_over_d'))}")
+                 f"a/d = {_f(nr.get('a_over_d'))}{on}")
 
 
 def _snapshot(runtime: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +82,8 @@ def _snapshot(runtime: dict[str, Any]) -> dict[str, Any]:
     if runtime.get("status") != "ok":
         return _not_measured("snapshot_restore", text, runtime)
     row = next(r for r in runtime["rows"] if r["name"] == "snapshot_restore")
+    if is_not_applicable(row):
+        return not_evaluated("snapshot_restore", text, row["status"])
     speedup = ratio(median(row["reprefill_ms"]), median(row["ms"]))
     size = runtime["prefix_tokens"]
     note = "" if size == SNAPSHOT_GOAL_TOKENS else (
@@ -79,6 +99,8 @@ def _overhead(runtime: dict[str, Any]) -> dict[str, Any]:
     oh = runtime.get("overhead")
     if runtime.get("status") != "ok" or not oh:
         return _not_measured("engine_overhead", text, runtime)
+    if is_not_applicable(oh):
+        return not_evaluated("engine_overhead", text, oh["status"])
     eng = median(oh["engine_tokens_per_s"])
     bare = median(oh["bare_tokens_per_s"])
     paired = median(oh["engine_over_bare_time"])  # engine ms / bare ms, per interleaved pair

@@ -61,6 +61,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return EXIT_MISSING_DEPENDENCY
 
     from contenox_lsp.benchmark import (
+        applicable,
         backends,
         curve,
         goals,
@@ -94,7 +95,7 @@ def run_bench(args: argparse.Namespace) -> int:
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
                         + backends.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
-    facts: dict[str, Any] = {"model": "?"}
+    facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
     def write(missing: str, final: bool) -> dict[str, Any]:
         # Written after every section too, so an interrupted run keeps what it measured.
@@ -112,7 +113,9 @@ def run_bench(args: argparse.Namespace) -> int:
                 "loadavg_start": load0,
                 "loadavg_end": _loadavg(),
             },
-            "profile": profile.to_dict() | {"model": facts["model"],
+            # "backend": the backend of the sessions this run measured (sections 1-4).
+            "profile": profile.to_dict() | {"backend": facts["backend"],
+                                            "model": facts["model"],
                                             "bench_overrides": overrides},
             "config": cfg.to_dict(),
             "sections": done,
@@ -134,24 +137,28 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="contenox-bench-") as tmp_name:
             tmp = Path(tmp_name)
-            model_path = str(resolve_model_path(profile))
             progress.note("loading the model")
             with open_session(profile) as session:
-                facts["model"] = str(getattr(session, "model_description", model_path))
+                facts["backend"] = applicable.backend_of(session)
+                facts["model"] = str(getattr(session, "model_description", profile.model))
                 corpus = Corpus(session)
-                bare_model = BareModel(model_path, profile)
+                # The engine-vs-bare-loop pairs compare with llama.cpp: loaded only where they
+                # apply (elsewhere the runtime section records why not).
+                bare_model = (BareModel(str(resolve_model_path(profile)), profile)
+                              if applicable.bare_loop(session) is None else None)
                 try:
                     run_section("runtime", lambda: runtime.run(
                         session, bare_model, corpus, cfg, tmp, progress))
                 finally:
-                    bare_model.close()
+                    if bare_model is not None:
+                        bare_model.close()
                 step_ms = _decode_step_ms(sections["runtime"])
                 run_section("curve", lambda: curve.run(session, corpus, cfg, step_ms, progress))
             # The servers of the trace load their own model: this session is closed meanwhile.
             profile_file = write_toml(profile, tmp / "bench-profile.toml")
             run_section("trace", lambda: trace.run(
-                cfg, profile, profile_file, model_path, getattr(args, "workspace", None), out,
-                tmp, progress))
+                cfg, profile, profile_file, getattr(args, "workspace", None), out, tmp,
+                progress))
             with open_session(profile) as session:
                 corpus = Corpus(session)
                 run_section("scaling", lambda: scaling.run(session, corpus, cfg, tmp, progress))
@@ -171,11 +178,15 @@ def run_bench(args: argparse.Namespace) -> int:
 
     failed = [n for n in SECTIONS if str(sections[n].get("status", "")).startswith("failed")]
     met = sum(1 for g in result["goals"] if g["met"])
+    not_evaluated = sum(1 for g in result["goals"] if g.get("status") == "not evaluated")
     ok = sum(1 for n in SECTIONS if sections[n].get("status") == "ok")
     skipped = sum(1 for n in SECTIONS if str(sections[n].get("status", "")).startswith("skipped"))
-    print(f"contenox-lsp bench ({cfg.mode}): {ok}/{len(SECTIONS)} sections ok"
+    print(f"contenox-lsp bench ({cfg.mode}, backend {facts['backend']}): "
+          f"{ok}/{len(SECTIONS)} sections ok"
           + (f" ({skipped} skipped)" if skipped else "")
-          + f", {met}/{len(result['goals'])} goals met; report in {out / 'report.md'}")
+          + f", {met}/{len(result['goals'])} goals met"
+          + (f" ({not_evaluated} not evaluated)" if not_evaluated else "")
+          + f"; report in {out / 'report.md'}")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -186,7 +197,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 def _decode_step_ms(runtime_section: dict[str, Any]) -> float | None:
     for row in runtime_section.get("rows", []):
-        if row["name"] == "decode" and row["step_ms"]["n"]:
+        if row["name"] == "decode" and row.get("step_ms", {}).get("n"):
             return float(row["step_ms"]["median"])
     return None
 

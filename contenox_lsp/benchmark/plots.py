@@ -91,7 +91,14 @@ def scaling(section: dict[str, Any], path: Path) -> None:
     ax1.set_ylabel("TTFT of a new question (s, log)")
     ax1.grid(True, alpha=0.3)
     ax1.legend()
-    ax2.plot(xs, [r["kv_state_bytes"] / 2**20 for r in rows], "o-", label="KV state (sequence)")
+    kv = [(r["stable_tokens"], r["kv_state_bytes"] / 2**20) for r in rows
+          if r.get("kv_state_bytes") is not None]
+    if kv:
+        ax2.plot([x for x, _ in kv], [y for _, y in kv], "o-", label="KV state (sequence)")
+    rss = [(r["stable_tokens"], r["process_rss_bytes"] / 2**20) for r in rows
+           if not kv and r.get("process_rss_bytes") is not None]
+    if rss:  # no per-sequence KV state on this backend (no snapshots): the process instead
+        ax2.plot([x for x, _ in rss], [y for _, y in rss], "o-", label="process RSS")
     ax2.set_xscale("log", base=2)
     ax2.set_xticks(xs)
     ax2.set_xticklabels([str(x) for x in xs])

@@ -39,7 +39,8 @@ def write_toml(profile: Profile, path: Path) -> Path:
         section, key = name.split(".", 1)
         if name == "model.path" and value != EMBEDDED_MODEL:
             value = str(profile.resolve_path(str(value)).resolve())
-        if name == "cache.snapshot_dir" and value:
+        if name in ("cache.snapshot_dir", "openvino.model_dir") and value:
+            # Relative to the user's profile file, which the written one is not next to.
             value = str(profile.resolve_path(str(value)).resolve())
         sections.setdefault(section, []).append(f"{key} = {_toml_value(value)}")
     text = "\n".join(f"[{s}]\n" + "\n".join(lines) + "\n" for s, lines in sections.items())

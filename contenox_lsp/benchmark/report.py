@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from contenox_lsp.benchmark.applicable import is_not_applicable
+
 SCHEMA_VERSION = 1
 
 
@@ -42,8 +44,27 @@ def _tok(t: dict[str, int] | None) -> str:
     return "–" if not t else f"{t['reused']} / {t['new']}"
 
 
-def _met(v: bool | None) -> str:
-    return {True: "**met**", False: "**not met**", None: "not measured"}[v]
+def _met(g: dict[str, Any]) -> str:
+    status = g.get("status") or {True: "met", False: "not met", None: "not measured"}[g["met"]]
+    return f"**{status}**" if status in ("met", "not met") else str(status)
+
+
+#: Profile keys shown in the header, per backend (what its sessions read).
+_HEADER_KEYS = {
+    "llama": ("context.n_ctx", "context.n_batch", "context.flash_attn"),
+    "openvino": ("context.n_ctx", "cache.block_size", "openvino.device",
+                 "openvino.max_num_batched_tokens", "openvino.cache_size_gb"),
+}
+
+
+def _settings(backend: str, values: dict[str, Any]) -> str:
+    keys = _HEADER_KEYS.get(backend, _HEADER_KEYS["llama"])
+    return ", ".join(f"{k.split('.', 1)[1]} {values.get(k)}" for k in keys)
+
+
+def _backend(r: dict[str, Any]) -> str:
+    prof = r["profile"]
+    return str(prof.get("backend") or prof.get("values", {}).get("profile.backend") or "llama")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -54,16 +75,16 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
+    backend = _backend(r)
     lines = [
         "# contenox-lsp bench report",
         "",
+        f"Backend **{backend}** (sections 1–4 and the trace's servers; section 5 runs both). "
         f"Mode `{r['mode']}`, {r['started_at']}, {r['duration_s']:.0f} s. "
         f"{m['cpu_count']} CPUs, load average {m['loadavg_start']} at start and "
         f"{m['loadavg_end']} at the end (other work on the machine slows every system alike). "
         f"Profile `{r['profile']['profile_id']}`, model {r['profile']['model']}; "
-        f"n_ctx {r['profile']['values'].get('context.n_ctx')}, n_batch "
-        f"{r['profile']['values'].get('context.n_batch')}, flash_attn "
-        f"{r['profile']['values'].get('context.flash_attn')}. Timings are medians "
+        f"{_settings(backend, r['profile'].get('values', {}))}. Timings are medians "
         "(min–max, n = repetitions); ratios come from this run only.",
         "",
         "## Goals",
@@ -71,7 +92,7 @@ def markdown(r: dict[str, Any]) -> str:
     ]
     lines += _table(["goal", "measured", "status"],
                     [[g["goal"], g["measured"] + (f" — {g['note']}" if g["note"] else ""),
-                      _met(g["met"])] for g in r["goals"]])
+                      _met(g)] for g in r["goals"]])
     s = r["sections"]
     lines += _runtime(s["runtime"]) + _curve(s["curve"]) + _trace(s["trace"])
     lines += _scaling(s["scaling"])
@@ -98,6 +119,9 @@ def _runtime(sec: dict[str, Any]) -> list[str]:
            f"{_ms(sec['cold_full_prompt_ttft_ms'])} ms.", ""]
     rows = []
     for row in sec["rows"]:
+        if is_not_applicable(row):
+            rows.append([row["label"], "–", "–", "–", row["status"], row["check"]])
+            continue
         extra = ""
         if "tokens_per_s" in row:
             extra = _stat(row["tokens_per_s"], lambda x: _num(x, 1)) + " tokens/s"
@@ -110,7 +134,10 @@ def _runtime(sec: dict[str, Any]) -> list[str]:
         rows.append([row["label"], _tok(row.get("tokens")), _stat(row.get("ms")),
                      _stat(row.get("ttft_ms")), extra, row["check"]])
     oh = sec.get("overhead")
-    if oh:
+    if oh and is_not_applicable(oh):
+        rows.append(["engine cold prefill vs a bare llama-cpp-python loop", "–", "–", "–",
+                     oh["status"], "n/a"])
+    elif oh:
         rows.append([f"engine cold prefill, paired ({oh['tokens']} tokens)",
                      f"0 / {oh['tokens']}", _stat(oh["engine_ms"]), "–",
                      _stat(oh["engine_tokens_per_s"], lambda x: _num(x, 1)) + " tokens/s", "n/a"])
@@ -122,6 +149,9 @@ def _runtime(sec: dict[str, Any]) -> list[str]:
                    "other", "warm == cold"], rows)
     frows = []
     for f in sec["failures"]:
+        if is_not_applicable(f):
+            frows.append([f["label"], f["status"], "–", f["check"]])
+            continue
         if f["name"] == "cancelled_prefill":
             what = (f"cancel latency {_stat(f['cancel_latency_ms'])} ms; committed "
                     f"{f['committed_tokens']}; missed {f['missed']}")
@@ -196,7 +226,8 @@ def _scaling(sec: dict[str, Any]) -> list[str]:
     if head:
         return head
     rows = [[str(r["stable_tokens"]), _stat(r["warm_ttft_ms"]), _stat(r["cold_ttft_ms"]),
-             _num(r["warm_over_cold"], 3), f"{r['kv_state_bytes'] / 2**20:.1f}",
+             _num(r["warm_over_cold"], 3),
+             _num(r["kv_state_bytes"] / 2**20 if r.get("kv_state_bytes") is not None else None),
              _num(r["kv_bytes_per_token"] / 1024 if r["kv_bytes_per_token"] else None, 1),
              _num(r["kv_marginal_bytes_per_token"] / 1024
                   if r.get("kv_marginal_bytes_per_token") else None, 2),
@@ -206,9 +237,26 @@ def _scaling(sec: dict[str, Any]) -> list[str]:
            f"A new {sec['rows'][0]['question_tokens'] if sec['rows'] else 0}-token question "
            "after a stable context of each size (warm: context resident; cold: everything "
            f"prefilled). {sec['note']}", ""]
-    return out + _table(["stable tokens", "warm TTFT ms", "cold TTFT ms", "warm / cold",
-                         "KV state MiB", "KV KiB / token", "KV KiB per added token",
-                         "process RSS MiB"], rows)
+    out += _table(["stable tokens", "warm TTFT ms", "cold TTFT ms", "warm / cold",
+                   "KV state MiB", "KV KiB / token", "KV KiB per added token",
+                   "process RSS MiB"], rows)
+    kv = sec.get("kv_state_status", "ok")
+    if kv != "ok":
+        caches = "; ".join(
+            f"{r['stable_tokens']}: "
+            + ", ".join(_figure(k, v) for k, v in r["engine_cache"].items())
+            for r in sec["rows"] if r.get("engine_cache"))
+        out += [f"KV state columns: {kv}."
+                + (f" The backend's own cache figures after the cold prefill — {caches}."
+                   if caches else ""), ""]
+    return out
+
+
+def _figure(key: str, value: float | None) -> str:
+    if key.endswith("_bytes"):
+        mib = None if value is None else value / 2**20
+        return f"{key.removesuffix('_bytes').removesuffix('_in')} {_num(mib, 0)} MiB"
+    return f"{key} {_num(value, 2)}"
 
 
 _BACKEND_FMT: dict[str, Any] = {"tokens/s": lambda x: _num(x, 1), "ms": _ms,

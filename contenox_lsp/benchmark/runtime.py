@@ -4,6 +4,11 @@ Per repetition, on one stable prefix P and one changed suffix S: cold prefill of
 prefix, warm changed suffix, an edited stable segment, snapshot save/restore, decode, and the
 failure cases. Every answer is checked against a cold greedy reference of the same prompt.
 Then the engine's cold prefill is paired with a bare llama.cpp loop on the same tokens.
+
+On a backend without snapshots (``session.capabilities``) the snapshot rows and the corrupt
+snapshot case are ``not applicable`` and decode is measured after the warm changed suffix; on a
+backend other than llama.cpp the engine-vs-bare-loop comparison is ``not applicable``
+(``applicable``).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contenox_lsp.benchmark import applicable
 from contenox_lsp.benchmark.bare import BareContext, BareModel
 from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import Corpus
+from contenox_lsp.benchmark.corpus import Corpus, cold_reset
 from contenox_lsp.benchmark.progress import Progress
 from contenox_lsp.benchmark.stats import check, first_mismatch, summary
 from engine.errors import CancelledError, ContextOverflowError, SnapshotCorruptError
@@ -28,14 +34,28 @@ def planned_units(cfg: BenchConfig) -> int:
     return 2 + cfg.reps * UNITS_PER_REP + cfg.overhead_pairs
 
 
+def not_applicable(session: Any) -> dict[str, str | None]:
+    """Per requirement of some rows (``snapshots``, ``cancel``, ``bare_loop``): None where this
+    session meets it, else the ``not applicable: ...`` status those rows get."""
+    return {"snapshots": applicable.lacks(session, "snapshots"),
+            "cancel": applicable.lacks(session, "cancel"),
+            "bare_loop": applicable.bare_loop(session)}
+
+
 class _Samples(dict[str, list[float]]):
     def add(self, key: str, value: float) -> None:
         self.setdefault(key, []).append(value)
 
 
-def run(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchConfig,
+def run(session: Any, bare_model: BareModel | None, corpus: Corpus, cfg: BenchConfig,
         tmp: Path, progress: Progress) -> dict[str, Any]:
+    """``bare_model`` is None where the bare-loop comparison does not apply (its row says
+    why)."""
     P, S, G = cfg.runtime_prefix, cfg.runtime_suffix, cfg.greedy_tokens
+    na = not_applicable(session)
+    if na["bare_loop"] is None and bare_model is None:
+        raise ValueError("the bare-loop comparison applies to this session: pass a BareModel")
+    snapshots = na["snapshots"] is None
     prefix = corpus.stable(P)
     edited = corpus.stable(P, edited=True)
     suffix = corpus.suffix(S, variant=1)
@@ -48,13 +68,13 @@ def run(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchConfig,
 
     # Cold greedy references (what every warm path must reproduce).
     progress.note("runtime: cold reference of P+S")
-    session.reset()
+    cold_reset(session, corpus.primer())
     session.prefill(full)
     ref_full = session.generate(G)
     progress.step("runtime: cold reference of the edited prompt")
     ref_edited: list[int] | None = None
     if edit_at is not None:
-        session.reset()
+        cold_reset(session, corpus.primer())
         session.prefill(edited_full)
         ref_edited = session.generate(G).tokens
     progress.step("runtime: repetitions")
@@ -65,13 +85,14 @@ def run(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchConfig,
     snap = tmp / "prefix.snap"
     ref_prefix: list[int] | None = None
     for rep in range(cfg.reps):
-        session.reset()
+        cold_reset(session, corpus.primer())
         r = session.prefill(prefix.tokens)
         s.add("cold_ms", r.prefill_ms)
         s.add("cold_tps", P / r.prefill_ms * 1000.0)
-        saved = session.save_snapshot(snap)
-        s.add("save_ms", saved.ms)
-        facts["snapshot_bytes"] = saved.bytes
+        if snapshots:
+            saved = session.save_snapshot(snap)
+            s.add("save_ms", saved.ms)
+            facts["snapshot_bytes"] = saved.bytes
         g = session.generate(G)
         s.add("cold_ttft", g.ttft_ms)
         if ref_prefix is None:
@@ -101,32 +122,47 @@ def run(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchConfig,
             s.add("edited_ttft", g.ttft_ms)
             facts["edited_tokens"] = (r.reused_tokens, r.new_tokens)
             checks.setdefault("edited_stable_segment", []).append(g.tokens == ref_edited)
-        progress.step(f"runtime {rep + 1}/{cfg.reps}: snapshot restore + decode")
+        progress.step(f"runtime {rep + 1}/{cfg.reps}: "
+                      + ("snapshot restore + decode" if snapshots else "decode"))
 
-        session.reset()
-        t0 = time.perf_counter()
-        loaded = session.load_snapshot(snap)
-        s.add("restore_ms", (time.perf_counter() - t0) * 1000.0)
-        facts["restore_state_bytes"] = loaded.bytes
+        if snapshots:
+            session.reset()
+            t0 = time.perf_counter()
+            loaded = session.load_snapshot(snap)
+            s.add("restore_ms", (time.perf_counter() - t0) * 1000.0)
+            facts["restore_state_bytes"] = loaded.bytes
+        # Without snapshots: P+S again after the edited prompt (warm up to the edit).
         r = session.prefill(full)
         g = session.generate(max(G, cfg.decode_tokens))
-        facts["restore_tokens"] = (r.reused_tokens, r.new_tokens)
-        s.add("restore_ttft", g.ttft_ms)
-        if g.decode_tokens > 1:
+        facts["restore_tokens" if snapshots else "decode_prompt_tokens"] = (r.reused_tokens,
+                                                                           r.new_tokens)
+        if snapshots:
+            s.add("restore_ttft", g.ttft_ms)
+        if g.decode_tokens > 1 and g.decode_tok_s > 0:
             s.add("decode_tps", g.decode_tok_s)
             s.add("decode_step_ms", 1000.0 / g.decode_tok_s)
-        checks.setdefault("snapshot_restore", []).append(g.tokens[:G] == ref_full.tokens)
+        checks.setdefault("snapshot_restore" if snapshots else "decode", []).append(
+            g.tokens[:G] == ref_full.tokens)
         progress.step(f"runtime {rep + 1}/{cfg.reps}: over-context rejection")
 
         _over_context(session, corpus, full, ref_full.tokens, s, checks, facts)
         progress.step(f"runtime {rep + 1}/{cfg.reps}: corrupt snapshot")
-        _corrupt_snapshot(session, snap, tmp, full, ref_full.tokens, s, checks, facts)
+        if snapshots:
+            _corrupt_snapshot(session, snap, tmp, full, ref_full.tokens, s, checks, facts)
         progress.step(f"runtime {rep + 1}/{cfg.reps}: cancelled prefill")
-        _cancelled_prefill(session, full, ref_full.tokens, s, checks, facts)
+        if na["cancel"] is None:
+            _cancelled_prefill(session, corpus, full, ref_full.tokens, s, checks, facts)
         progress.step(f"runtime {rep + 1}/{cfg.reps} done")
 
-    overhead = _overhead(session, bare_model, corpus, cfg, progress)
-    report = _report(cfg, P, S, G, s, checks, facts, seg, edit_at, ref_full.ttft_ms)
+    if bare_model is not None and na["bare_loop"] is None:
+        overhead = _overhead(session, bare_model, corpus, cfg, progress)
+    else:
+        overhead = {"status": na["bare_loop"]}
+        progress.step("runtime: engine vs bare loop not applicable", cfg.overhead_pairs)
+    report = _report(cfg, P, S, G, s, checks, facts, seg, edit_at, ref_full.ttft_ms, na)
+    report["backend"] = applicable.backend_of(session)
+    report["capabilities"] = dict(getattr(session, "capabilities", {}))
+    report["reuse_granularity"] = int(getattr(session, "reuse_granularity", 1))
     report["overhead"] = overhead
     return report
 
@@ -154,6 +190,7 @@ def _overhead(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchCon
         bare.close()
     paired = [e / b for e, b in zip(eng_ms, bare_ms, strict=True)]
     return {
+        "status": "ok",
         "tokens": n,
         "pairs": cfg.overhead_pairs,
         "engine_ms": summary(eng_ms, "ms"),
@@ -210,8 +247,9 @@ def _corrupt_snapshot(session: Any, snap: Path, tmp: Path, full: list[int], ref:
     facts.setdefault("corrupt_unchanged", []).append(unchanged)
 
 
-def _cancelled_prefill(session: Any, full: list[int], ref: list[int], s: _Samples,
-                       checks: dict[str, list[bool]], facts: dict[str, Any]) -> None:
+def _cancelled_prefill(session: Any, corpus: Corpus, full: list[int], ref: list[int],
+                       s: _Samples, checks: dict[str, list[bool]],
+                       facts: dict[str, Any]) -> None:
     """Cancel a cold prefill halfway, then time the next request on the same prompt."""
     cold_tps = s["cold_tps"][-1]
     delay = 0.5 * len(full) / cold_tps
@@ -221,7 +259,7 @@ def _cancelled_prefill(session: Any, full: list[int], ref: list[int], s: _Sample
         fired.append(time.perf_counter())
         session.cancel()
 
-    session.reset()
+    cold_reset(session, corpus.primer())
     timer = threading.Timer(delay, fire)
     timer.start()
     try:
@@ -250,7 +288,8 @@ def _all(xs: list[bool] | None) -> str:
 
 def _report(cfg: BenchConfig, P: int, S: int, G: int, s: _Samples,
             checks: dict[str, list[bool]], facts: dict[str, Any], seg: tuple[str, int, int],
-            edit_at: int | None, cold_full_ttft: float) -> dict[str, Any]:
+            edit_at: int | None, cold_full_ttft: float,
+            na: dict[str, str | None]) -> dict[str, Any]:
     def st(key: str, unit: str = "ms") -> dict[str, Any]:
         return summary(s.get(key, []), unit)
 
@@ -258,7 +297,13 @@ def _report(cfg: BenchConfig, P: int, S: int, G: int, s: _Samples,
         v = facts.get(key)
         return None if v is None else {"reused": v[0], "new": v[1]}
 
-    rows = [
+    def measured(item: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        """The row as measured, or (``reason``) its not-applicable line instead."""
+        if reason is not None:
+            return applicable.row(item["name"], item["label"], reason)
+        return {"name": item["name"], "label": item["label"], "status": "ok"} | item
+
+    rows: list[dict[str, Any]] = [
         {"name": "cold_prefill", "label": f"cold full prefill ({P} tokens)",
          "tokens": {"reused": 0, "new": P}, "ms": st("cold_ms"),
          "tokens_per_s": st("cold_tps", "tokens/s"), "ttft_ms": st("cold_ttft"), "check": "n/a"},
@@ -282,9 +327,12 @@ def _report(cfg: BenchConfig, P: int, S: int, G: int, s: _Samples,
          "ttft_ms": st("restore_ttft"), "check": _all(checks.get("snapshot_restore"))},
         {"name": "decode", "label": f"decode ({cfg.decode_tokens} tokens)",
          "tokens_per_s": st("decode_tps", "tokens/s"), "step_ms": st("decode_step_ms"),
-         "check": "n/a"},
+         # With snapshots the same decode is checked as snapshot_restore's answer.
+         "tokens": toks("decode_prompt_tokens"), "check": _all(checks.get("decode"))},
     ]
-    failures = [
+    needs = {"snapshot_save": na["snapshots"], "snapshot_restore": na["snapshots"],
+             "corrupt_snapshot": na["snapshots"], "cancelled_prefill": na["cancel"]}
+    failures: list[dict[str, Any]] = [
         {"name": "cancelled_prefill", "label": "cancelled prefill, then the same request",
          "cancel_latency_ms": st("cancel_latency_ms"), "recover_ttft_ms": st("recover_ttft"),
          "committed_tokens": facts["cancel_committed"],
@@ -299,6 +347,8 @@ def _report(cfg: BenchConfig, P: int, S: int, G: int, s: _Samples,
          "state_unchanged": all(facts.get("corrupt_unchanged", [False])),
          "check": _all(checks.get("corrupt_snapshot"))},
     ]
+    rows = [measured(r, needs.get(r["name"])) for r in rows]
+    failures = [measured(f, needs.get(f["name"])) for f in failures]
     return {
         "status": "ok",
         "prefix_tokens": P,

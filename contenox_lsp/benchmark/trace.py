@@ -5,6 +5,10 @@ driven like an editor (didOpen, one didChange per typed character, pin, ask afte
 c. a fresh context per request and d. llama-cpp-python's ``Llama`` with its prefix reuse run in
 this process afterwards on the prompts system a's server assembled for each ask (fetched with
 ``contenox/explainContext`` + ``includeText``), so all four see the same text.
+
+c and d are llama.cpp; on a profile with another backend (OpenVINO) they run on that backend's
+engine session instead (``baselines.run_session_cold`` / ``run_session_prefix_reuse``), so the
+ratios compare the server with the same runtime used without its cache management.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark import baselines
+from contenox_lsp.benchmark import applicable, baselines
 from contenox_lsp.benchmark.bare import BareModel
 from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import GEMMA_CLOSE, GEMMA_OPEN
+from contenox_lsp.benchmark.corpus import GEMMA_CLOSE, GEMMA_OPEN, primer_tokens
 from contenox_lsp.benchmark.lspclient import EditorClient
 from contenox_lsp.benchmark.progress import Progress
 from contenox_lsp.benchmark.stats import ratio, summary
@@ -38,14 +42,36 @@ SYSTEMS = {
     "c": "fresh context per request",
     "d": "llama-cpp-python Llama, prefix reuse, editor-plugin order",
 }
+TTFT_DEFINITION = ("a, b: client-side time from sending contenox/ask to the first streamed "
+                   "$/progress piece; c, d: in-process time from the call to the first sampled "
+                   "token (c includes creating the context)")
+
+
+def systems(backend: str) -> dict[str, str]:
+    """What a–d are on this backend (c and d run on it too, see the module docstring)."""
+    if backend == applicable.BARE_LOOP_BACKEND:
+        return dict(SYSTEMS)
+    return SYSTEMS | {
+        "c": f"{backend} engine session, nothing cached per request",
+        "d": f"{backend} engine session, its prefix reuse, editor-plugin order",
+    }
+
+
+def ttft_definition(backend: str) -> str:
+    if backend == applicable.BARE_LOOP_BACKEND:
+        return TTFT_DEFINITION
+    return ("a, b: client-side time from sending contenox/ask to the first streamed $/progress "
+            "piece; c, d: the engine's TTFT, from the start of the prefill to the first token "
+            f"(c: the {backend} cache emptied and one short unrelated request run before each "
+            "ask, not timed)")
 
 
 def planned_units(cfg: BenchConfig) -> int:
     return 2 + 4 * len(cfg.trace.steps)
 
 
-def run(cfg: BenchConfig, profile: Any, profile_file: Path, model_path: str,
-        workspace: str | None, out_dir: Path, tmp: Path, progress: Progress) -> dict[str, Any]:
+def run(cfg: BenchConfig, profile: Any, profile_file: Path, workspace: str | None,
+        out_dir: Path, tmp: Path, progress: Progress) -> dict[str, Any]:
     if profile.prompt_format != "gemma":
         # The baselines rebuild the prompt from segment text and the format's markers.
         return {"status": f"not run: prompt format {profile.prompt_format!r} "
@@ -72,21 +98,66 @@ def run(cfg: BenchConfig, profile: Any, profile_file: Path, model_path: str,
                 capture=name == "a", progress=progress))
         progress.step(f"trace {name} done")
 
+    segs = [s["segments"] for s in runs["a"]["steps"]]
+    questions = [s["question"] for s in runs["a"]["steps"]]
+    if profile.backend == applicable.BARE_LOOP_BACKEND:
+        c_prompts, c_rows, d_rows = _llama_baselines(profile, segs, questions, tc.max_tokens,
+                                                     progress)
+    else:
+        progress.note(f"trace c, d: loading the {profile.backend} session")
+        c_prompts, c_rows, d_rows = _session_baselines(profile, segs, questions, tc.max_tokens,
+                                                       progress)
+    section = _report(cfg, root, targets, runs, c_prompts, c_rows, d_rows, workspace is None)
+    section["backend"] = str(profile.backend)
+    section["systems"] = systems(str(profile.backend))
+    section["ttft_definition"] = ttft_definition(str(profile.backend))
+    return section
+
+
+Baselines = tuple[list[list[int]], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _llama_baselines(profile: Any, segs: list[Any], questions: list[str], max_tokens: int,
+                     progress: Progress) -> Baselines:
+    """c: a bare llama.cpp context per ask; d: llama-cpp-python's ``Llama``."""
+    from engine.model_files import resolve_model_path
+
+    block = int(profile.block_size)
+    model_path = str(resolve_model_path(profile))
     bare_model = BareModel(model_path, profile)
     try:
         tok = baselines.tokenize_with(bare_model)
         bos = _bos(bare_model)
-        segs = [s["segments"] for s in runs["a"]["steps"]]
-        questions = [s["question"] for s in runs["a"]["steps"]]
-        c_prompts = [baselines.contenox_order(x, tok, bos, GEMMA_OPEN, GEMMA_CLOSE) for x in segs]
+        c_prompts = [baselines.contenox_order(x, tok, bos, GEMMA_OPEN, GEMMA_CLOSE, block)
+                     for x in segs]
         d_prompts = [baselines.editor_order(x, q, tok, bos, GEMMA_OPEN, GEMMA_CLOSE)
                      for x, q in zip(segs, questions, strict=True)]
         c_rows = baselines.run_fresh_context(bare_model, c_prompts, progress.step)
     finally:
         bare_model.close()
-    d_rows = baselines.run_llama_high_level(model_path, profile, d_prompts, tc.max_tokens,
+    d_rows = baselines.run_llama_high_level(model_path, profile, d_prompts, max_tokens,
                                             progress.step)
-    return _report(cfg, root, targets, runs, c_prompts, c_rows, d_rows, workspace is None)
+    return c_prompts, c_rows, d_rows
+
+
+def _session_baselines(profile: Any, segs: list[Any], questions: list[str], max_tokens: int,
+                       progress: Progress) -> Baselines:
+    """c and d on an engine session of the profile's own backend (its tokenizer too)."""
+    block = int(profile.block_size)
+    from engine import open_session
+
+    with open_session(profile) as session:
+        tok = baselines.session_tokenize(session)
+        bos = baselines.session_bos(session, profile)
+        c_prompts = [baselines.contenox_order(x, tok, bos, GEMMA_OPEN, GEMMA_CLOSE, block)
+                     for x in segs]
+        d_prompts = [baselines.editor_order(x, q, tok, bos, GEMMA_OPEN, GEMMA_CLOSE)
+                     for x, q in zip(segs, questions, strict=True)]
+        primer = primer_tokens(session)
+        c_rows = baselines.run_session_cold(session, primer, c_prompts, progress.step)
+        d_rows = baselines.run_session_prefix_reuse(session, primer, d_prompts, max_tokens,
+                                                    progress.step)
+    return c_prompts, c_rows, d_rows
 
 
 def _bos(model: BareModel) -> int | None:
@@ -240,9 +311,7 @@ def _report(cfg: BenchConfig, root: Path, targets: Any, runs: dict[str, dict[str
         "user_turn_tokens": summary([_user_tokens(s) for s in a_steps], "tokens"),
         "prompt_rebuild_mismatches": mismatched,
         "server_messages": runs["a"]["messages"] + runs["b"]["messages"],
-        "ttft_definition": "a, b: client-side time from sending contenox/ask to the first "
-                           "streamed $/progress piece; c, d: in-process time from the call "
-                           "to the first sampled token (c includes creating the context)",
+        "ttft_definition": TTFT_DEFINITION,
     }
 
 
