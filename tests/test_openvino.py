@@ -94,6 +94,26 @@ def test_convert_cli_keeps_stdout_clean() -> None:
         assert text in done.stderr
 
 
+def test_gemma3_imports_for_export_beside_the_installed_torchvision() -> None:
+    """optimum-intel pulls in PyPI's torchvision, which cannot load beside the CPU torch; the
+    converter hides a broken one so that transformers still imports Gemma 3 (a child process:
+    the import state must be fresh)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    code = (
+        "from engine.openvino.convert import _hide_broken_torchvision\n"
+        "_hide_broken_torchvision()\n"
+        "from transformers.models.gemma3 import modeling_gemma3\n"
+        "print(modeling_gemma3.Gemma3ForCausalLM.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "Gemma3ForCausalLM"
+
+
 # ----------------------------------------------------------------------------- fixtures
 
 

@@ -69,11 +69,19 @@ def _hide_broken_torchvision() -> None:
         return
     try:
         import torchvision  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name == "torchvision":
+            return  # not installed: nothing to hide
+        _hide_module("torchvision", exc)
     except Exception as exc:  # RuntimeError from a torch/torchvision build mismatch
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        sys.modules["torchvision"] = None  # type: ignore[assignment]
-        log.info("torchvision hidden from the export (cannot load: %s)", exc)
+        _hide_module("torchvision", exc)
+
+
+def _hide_module(top: str, why: BaseException) -> None:
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[name]
+    sys.modules[top] = None  # type: ignore[assignment]
+    log.info("%s hidden from the export (cannot load: %s)", top, why)
 
 
 def cache_entry(digest: str, weight_format: str, cache_root: Path | None = None) -> Path:
