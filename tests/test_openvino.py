@@ -280,6 +280,19 @@ def test_cancel_during_generation(ov_session: Any) -> None:
     assert ov_session.generate(2).tokens
 
 
+def test_default_block_size_follows_the_kv_block(ov_model_dir: Path) -> None:
+    from engine import open_session
+
+    profile = default_profile().with_overrides(
+        {"profile.backend": "openvino", "openvino.model_dir": str(ov_model_dir)}, source="test"
+    )
+    assert profile.block_size == 1
+    with open_session(profile) as s:
+        assert s.identity.block_size == s.reuse_granularity == 32
+        asm = _assemble(s, _inputs())
+        assert asm.stable_end % 32 == 0  # the stable prefix ends on a whole KV block
+
+
 # ----------------------------------------------------------------------------- sparse attention
 
 

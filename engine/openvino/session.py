@@ -197,6 +197,15 @@ class OpenVinoSession:
         facts = _folder_facts(model_dir)
         self._tokenizer_digest = facts["tokenizer_digest"]
         kv = str(profile.get("openvino.kv_cache_precision"))
+        # The assembler pads the stable region to identity.block_size. Left at the default (1)
+        # it follows the KV block, so that the stable prefix ends on a block that is reused.
+        block_size = profile.block_size if profile.block_size > 1 else self._block
+        if block_size % self._block:
+            log.warning(
+                "cache.block_size = %d is not a multiple of OpenVINO's KV block (%d on %s): "
+                "the stable prefix's last partial block is recomputed at every request",
+                block_size, self._block, self._device,
+            )
         self.identity = ContextIdentity(
             profile_id=profile.profile_id,
             backend=self.backend,
@@ -214,7 +223,7 @@ class OpenVinoSession:
             type_v=kv,
             flash_attn="n/a",
             swa_full=True,
-            block_size=profile.block_size,
+            block_size=block_size,
         )
 
     # ----------------------------------------------------------------- lifecycle
