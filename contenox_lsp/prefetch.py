@@ -13,8 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.progress import WorkDone
-from contenox_lsp.tokens import common_prefix
 from contenox_lsp.worker import Job, JobCancelled, Priority
+from contextasm.manifest import common_prefix_length
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
@@ -98,7 +98,7 @@ class Prefetcher:
         if self.target is None:
             return 0
         resident = self.rt.resident_tokens()
-        return len(self.target) - common_prefix(resident, self.target)
+        return len(self.target) - common_prefix_length(resident, self.target)
 
     @property
     def running(self) -> bool:

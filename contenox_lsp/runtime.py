@@ -20,8 +20,8 @@ from contenox_lsp.documents import encoding_name, open_document
 from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.prefetch import Prefetcher
 from contenox_lsp.progress import WorkDone
-from contenox_lsp.tokens import common_prefix
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
+from contextasm.manifest import common_prefix_length
 from engine.results import drain
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class Runtime:
         self, target: list[int], progress: WorkDone | None
     ) -> Callable[[Any, Job], Any]:
         def fn(session: Any, job: Job) -> dict[str, Any]:
-            start = common_prefix(session.resident_tokens, target)
+            start = common_prefix_length(session.resident_tokens, target)
             todo = len(target) - start
             if todo == 0:
                 # Already resident (a user request got there first). Don't call prefill:
@@ -292,7 +292,7 @@ def chunked_prefill(session: Any, tokens: list[int], job: Job,
     """
     n_batch = int(getattr(getattr(session, "profile", None), "n_batch", 512) or 512)
     step = max(16, min(n_batch, step or n_batch))
-    start = common_prefix(session.resident_tokens, tokens)
+    start = common_prefix_length(session.resident_tokens, tokens)
     reused: int | None = None
     miss: str | None = None
     prefill_ms = 0.0

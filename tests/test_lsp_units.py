@@ -14,7 +14,7 @@ from contenox_lsp.options import ServerOptions, merge_initialization_options
 from contenox_lsp.paths import OutsideWorkspaceError, safe_path
 from contenox_lsp.pins import PinSet, pin_for
 from contenox_lsp.protocol import negotiate_encoding
-from contenox_lsp.tokens import common_prefix
+from contextasm.manifest import common_prefix_length
 
 
 def test_initialization_options_bad_values_keep_defaults() -> None:
@@ -97,9 +97,9 @@ def test_code_answer_helpers() -> None:
 
 def test_common_prefix() -> None:
     a = list(range(1000))
-    assert common_prefix(a, a) == 1000
-    assert common_prefix(a, [*a[:700], -1]) == 700
-    assert common_prefix([], a) == 0
+    assert common_prefix_length(a, a) == 1000
+    assert common_prefix_length(a, [*a[:700], -1]) == 700
+    assert common_prefix_length([], a) == 0
 
 
 def test_worker_is_idle_before_a_job_settles() -> None:

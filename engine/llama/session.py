@@ -14,8 +14,7 @@ import ctypes
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,9 @@ from typing import Any
 import llama_cpp
 
 from contextasm.identity import ContextIdentity
+from contextasm.manifest import common_prefix_length
 from engine.errors import (
     CancelledError,
-    ContextOverflowError,
     DecodeFailedError,
     DecodeFatalError,
     EngineError,
@@ -46,6 +45,7 @@ from engine.results import (
     SnapshotResult,
     drain,
 )
+from engine.session_base import SessionBase, check_prompt
 from engine.snapshot_file import SnapshotPayload, read_snapshot, write_snapshot
 
 log = logging.getLogger(__name__)
@@ -63,28 +63,20 @@ class _Branch:
     last_used: float
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
 
 
-class LlamaSession:
+class LlamaSession(SessionBase):
     """The llama.cpp implementation of the engine session seam (see ``engine.session.Session``)."""
 
     backend = "llama"
 
     def __init__(self, profile: Profile, model: LoadedModel) -> None:
+        super().__init__()
         self.profile = profile
         self._model = model
         self._cancel = threading.Event()
-        self._busy = threading.Lock()
         # Tokenizing may run on another thread than prefill; close() must not free the model
         # under it. Held only for the microseconds a tokenize takes, never during a decode.
         self._model_lock = threading.Lock()
@@ -211,19 +203,6 @@ class LlamaSession:
         return self._model.description
 
     @property
-    def resident_tokens(self) -> list[int]:
-        """The tokens whose KV is in the live sequence right now (a copy)."""
-        return list(self._tokens)
-
-    @property
-    def n_resident(self) -> int:
-        return len(self._tokens)
-
-    @property
-    def resident_identity(self) -> ContextIdentity | None:
-        return self._resident_identity
-
-    @property
     def capabilities(self) -> dict[str, bool]:
         return {
             "snapshots": True,
@@ -283,37 +262,7 @@ class LlamaSession:
     def _should_abort(self, _data: Any) -> bool:
         return self._cancel.is_set()
 
-    @contextmanager
-    def _exclusive(self, what: str) -> Iterator[None]:
-        if not self._busy.acquire(blocking=False):
-            raise InvalidSessionStateError(
-                f"session busy: {what} called while another call runs", operation=what
-            )
-        try:
-            yield
-        finally:
-            self._busy.release()
-
     # ----------------------------------------------------------------- prefill
-
-    def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
-        toks = [int(t) for t in tokens]
-        if not toks:
-            raise InvalidBatchError("prefill needs at least one token", tokens=0)
-        bad = next((t for t in toks if not 0 <= t < self._model.n_vocab), None)
-        if bad is not None:
-            raise InvalidBatchError(
-                f"token id {bad} is outside the vocabulary (0..{self._model.n_vocab - 1})",
-                token=bad,
-                n_vocab=self._model.n_vocab,
-            )
-        if len(toks) > self.n_ctx:
-            raise ContextOverflowError(
-                f"prompt of {len(toks)} tokens does not fit the context of {self.n_ctx}",
-                requested=len(toks),
-                n_ctx=self.n_ctx,
-            )
-        return toks
 
     def prefill(
         self, tokens: Sequence[int], identity: ContextIdentity | None = None
@@ -329,7 +278,7 @@ class LlamaSession:
             self._cancel.clear()
             t0 = time.perf_counter()
             self._prefill_started = t0
-            toks = self._check_tokens(tokens)
+            toks = check_prompt(tokens, self._model.n_vocab, self.n_ctx)
             ident = identity or self.identity
             self._ensure_context()
             self._logits_ready = False
@@ -363,7 +312,7 @@ class LlamaSession:
                 self._clear_live()
         self._resident_identity = ident
 
-        n = _common_prefix(self._tokens, toks)
+        n = common_prefix_length(self._tokens, toks)
         restored: str | None = None
         best = self._best_branch(toks, ident)
         if best is not None and best[1] > n:
@@ -650,7 +599,7 @@ class LlamaSession:
         for b in sorted(self._branches.values(), key=lambda b: b.name):
             if b.identity != ident:
                 continue
-            n = _common_prefix(b.tokens, toks)
+            n = common_prefix_length(b.tokens, toks)
             if best is None or n > best[1]:
                 best = (b, n)
         return best

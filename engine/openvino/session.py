@@ -32,14 +32,13 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from contextasm.identity import ContextIdentity
+from contextasm.manifest import common_prefix_length
 from engine.errors import (
     CancelledError,
-    ContextOverflowError,
     DecodeFailedError,
     InvalidBatchError,
     InvalidSessionStateError,
@@ -56,20 +55,13 @@ from engine.results import (
     SnapshotResult,
     drain,
 )
+from engine.session_base import SessionBase, check_prompt
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "contenox_conversion.json"
 #: KV block size of OpenVINO's paged attention per device (prefix caching shares whole blocks).
 KV_BLOCK_SIZE = {"CPU": 32, "GPU": 16, "NPU": 32}
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _ms(t0: float) -> float:
@@ -162,17 +154,17 @@ def _control_tokens(model_dir: Path) -> frozenset[str]:
     )
 
 
-class OpenVinoSession:
+class OpenVinoSession(SessionBase):
     """OpenVINO GenAI implementation of the engine session seam."""
 
     backend = "openvino"
 
     def __init__(self, profile: Profile, model_dir: Path) -> None:
+        super().__init__()
         self.profile = profile
         self._genai = _import_genai()
         self._model_dir = model_dir
         self._cancel = threading.Event()
-        self._busy = threading.Lock()
         self._device = str(profile.get("openvino.device"))
         self._block = KV_BLOCK_SIZE.get(self._device, 32)
         self._tokens: list[int] = []
@@ -330,18 +322,6 @@ class OpenVinoSession:
         return self._block  # prefix caching shares whole KV blocks
 
     @property
-    def resident_tokens(self) -> list[int]:
-        return list(self._tokens)
-
-    @property
-    def n_resident(self) -> int:
-        return len(self._tokens)
-
-    @property
-    def resident_identity(self) -> ContextIdentity | None:
-        return self._resident_identity
-
-    @property
     def capabilities(self) -> dict[str, bool]:
         return {"snapshots": False, "branches": False, "cancel": True, "prefix_reuse": True}
 
@@ -400,17 +380,6 @@ class OpenVinoSession:
     def cancel(self) -> None:
         """Thread-safe: stop the running prefill or decode at the next scheduler step."""
         self._cancel.set()
-
-    @contextmanager
-    def _exclusive(self, what: str) -> Iterator[None]:
-        if not self._busy.acquire(blocking=False):
-            raise InvalidSessionStateError(
-                f"session busy: {what} called while another call runs", operation=what
-            )
-        try:
-            yield
-        finally:
-            self._busy.release()
 
     # ----------------------------------------------------------------- requests
 
@@ -482,25 +451,6 @@ class OpenVinoSession:
 
     # ----------------------------------------------------------------- prefill
 
-    def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
-        toks = [int(t) for t in tokens]
-        if not toks:
-            raise InvalidBatchError("prefill needs at least one token", tokens=0)
-        bad = next((t for t in toks if not 0 <= t < self._vocab_size), None)
-        if bad is not None:
-            raise InvalidBatchError(
-                f"token id {bad} is outside the vocabulary (0..{self._vocab_size - 1})",
-                token=bad,
-                n_vocab=self._vocab_size,
-            )
-        if len(toks) >= self.n_ctx:
-            raise ContextOverflowError(
-                f"prompt of {len(toks)} tokens does not fit the context of {self.n_ctx}",
-                requested=len(toks),
-                n_ctx=self.n_ctx,
-            )
-        return toks
-
     def prefill(
         self, tokens: Sequence[int], identity: ContextIdentity | None = None
     ) -> PrefillResult:
@@ -510,7 +460,8 @@ class OpenVinoSession:
             self._cancel.clear()
             t0 = time.perf_counter()
             self._prefill_started = t0
-            toks = self._check_tokens(tokens)
+            # reserve=1: the prefill request itself generates one token inside n_ctx.
+            toks = check_prompt(tokens, self._vocab_size, self.n_ctx, reserve=1)
             ident = identity or self.identity
             self._first_token = None
             reason: str | None = None
@@ -519,7 +470,7 @@ class OpenVinoSession:
                 if field is not None:
                     reason = f"identity field '{field}' changed: pipeline and KV cache rebuilt"
                     self._build_pipeline()
-            common = _common_prefix(self._tokens, toks)
+            common = common_prefix_length(self._tokens, toks)
             reused = min(common, len(toks) - 1) // self._block * self._block
             self._resident_identity = ident
             try:

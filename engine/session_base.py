@@ -1,0 +1,70 @@
+"""What every backend's session does the same way: one call at a time, prompt checks before any
+work, and the resident-state accessors of the seam (``engine.session.Session``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from contextasm.identity import ContextIdentity
+from engine.errors import ContextOverflowError, InvalidBatchError, InvalidSessionStateError
+
+
+def check_prompt(tokens: Sequence[int], n_vocab: int, n_ctx: int, reserve: int = 0) -> list[int]:
+    """``tokens`` as a list of ints, or the structured error raised before any work: empty,
+    an id outside the vocabulary, or more than ``n_ctx - reserve`` tokens (``reserve``: room a
+    backend needs beside the prompt)."""
+    toks = [int(t) for t in tokens]
+    if not toks:
+        raise InvalidBatchError("prefill needs at least one token", tokens=0)
+    bad = next((t for t in toks if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise InvalidBatchError(
+            f"token id {bad} is outside the vocabulary (0..{n_vocab - 1})",
+            token=bad,
+            n_vocab=n_vocab,
+        )
+    if len(toks) > n_ctx - reserve:
+        raise ContextOverflowError(
+            f"prompt of {len(toks)} tokens does not fit the context of {n_ctx}",
+            requested=len(toks),
+            n_ctx=n_ctx,
+        )
+    return toks
+
+
+class SessionBase:
+    """Resident state and call exclusion shared by the backends. A subclass keeps
+    ``_tokens`` (the resident prompt) and ``_resident_identity`` current."""
+
+    _tokens: list[int]
+    _resident_identity: ContextIdentity | None
+
+    def __init__(self) -> None:
+        self._busy = threading.Lock()
+
+    @contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        """One engine call at a time: a second concurrent call is refused, never queued."""
+        if not self._busy.acquire(blocking=False):
+            raise InvalidSessionStateError(
+                f"session busy: {what} called while another call runs", operation=what
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    @property
+    def resident_tokens(self) -> list[int]:
+        """The tokens whose KV the session holds for its next prefill (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def n_resident(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def resident_identity(self) -> ContextIdentity | None:
+        return self._resident_identity
