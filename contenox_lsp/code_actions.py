@@ -15,9 +15,8 @@ from typing import Any
 from lsprotocol import types
 
 from contenox_lsp import params as P
-from contenox_lsp.documents import line_span, open_document, read_disk, uri_for
-from contenox_lsp.pins import pin_for
-from contenox_lsp.requests import pins_view, run_cancellable, runtime, turn_for
+from contenox_lsp.documents import line_span, open_document, read_disk
+from contenox_lsp.requests import add_pin, remove_pins, run_cancellable, runtime, turn_for
 from contenox_lsp.server import ContenoxServer
 
 logger = logging.getLogger(__name__)
@@ -164,27 +163,14 @@ async def cmd_docstring(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 
 async def cmd_pin(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     arg = _single_arg(args, CMD_PIN)
-    uri = P.req_str(arg, "uri", "arguments[0]")
-    rng = P.opt_range(arg, "range", "arguments[0]")
-    path = ls.checked_path(uri)
-    if not path.is_file() and open_document(ls.workspace, path) is None:
-        raise P.invalid(f"{uri} is not a file")
-    entry = pin_for(path, uri_for(path), rng)
-    added = ls.pins.add(entry)
-    if added:
-        runtime(ls).prefetch.note_change()
-    return {"pinned": added, "pin": (await pins_view(ls, [entry]))[0]}
+    return await add_pin(ls, P.req_str(arg, "uri", "arguments[0]"),
+                         P.opt_range(arg, "range", "arguments[0]"))
 
 
 async def cmd_unpin(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     arg = _single_arg(args, CMD_UNPIN)
-    uri = P.req_str(arg, "uri", "arguments[0]")
-    rng = P.opt_range(arg, "range", "arguments[0]")
-    path = ls.checked_path(uri)
-    removed = ls.pins.remove(path, rng)
-    if removed:
-        runtime(ls).prefetch.note_change()
-    return {"removed": removed}
+    return remove_pins(ls, P.req_str(arg, "uri", "arguments[0]"),
+                       P.opt_range(arg, "range", "arguments[0]"))
 
 
 # -- helpers ------------------------------------------------------------------------------------

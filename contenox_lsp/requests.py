@@ -95,28 +95,12 @@ def register(server: ContenoxServer) -> None:
     @server.feature(PIN)
     async def pin(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         p = P.as_object(params, PIN, allow_none=False)
-        uri = P.req_str(p, "uri", "params")
-        rng = P.opt_range(p, "range", "params")
-        path = ls.checked_path(uri)
-        if not path.is_file() and open_document(ls.workspace, path) is None:
-            raise P.invalid(f"{uri} is not a file")
-        entry = pin_for(path, uri_for(path), rng)
-        added = ls.pins.add(entry)
-        rt = runtime(ls)
-        if added:
-            rt.prefetch.note_change()
-        return {"pinned": added, "pin": (await pins_view(ls, [entry]))[0]}
+        return await add_pin(ls, P.req_str(p, "uri", "params"), P.opt_range(p, "range", "params"))
 
     @server.feature(UNPIN)
     async def unpin(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         p = P.as_object(params, UNPIN, allow_none=False)
-        uri = P.req_str(p, "uri", "params")
-        rng = P.opt_range(p, "range", "params")
-        path = ls.checked_path(uri)
-        removed = ls.pins.remove(path, rng)
-        if removed:
-            runtime(ls).prefetch.note_change()
-        return {"removed": removed}
+        return remove_pins(ls, P.req_str(p, "uri", "params"), P.opt_range(p, "range", "params"))
 
     @server.feature(LIST_PINS)
     async def list_pins(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -257,6 +241,28 @@ async def explain(rt: Runtime, turn: TurnSpec, include_text: bool = False) -> di
             for d in assembly.dropped
         ],
     }
+
+
+async def add_pin(ls: ContenoxServer, uri: str, rng: Any) -> dict[str, Any]:
+    """Pin ``uri`` (whole lines of ``rng``, or the whole file): ``contenox/pin`` and the
+    pin command."""
+    path = ls.checked_path(uri)
+    if not path.is_file() and open_document(ls.workspace, path) is None:
+        raise P.invalid(f"{uri} is not a file")
+    entry = pin_for(path, uri_for(path), rng)
+    added = ls.pins.add(entry)
+    if added:
+        runtime(ls).prefetch.note_change()
+    return {"pinned": added, "pin": (await pins_view(ls, [entry]))[0]}
+
+
+def remove_pins(ls: ContenoxServer, uri: str, rng: Any) -> dict[str, Any]:
+    """Unpin ``uri`` (the pins ``rng`` touches, or all of the file's): ``contenox/unpin`` and
+    the unpin command."""
+    removed = ls.pins.remove(ls.checked_path(uri), rng)
+    if removed:
+        runtime(ls).prefetch.note_change()
+    return {"removed": removed}
 
 
 async def pins_view(ls: ContenoxServer, pins: list[Any]) -> list[dict[str, Any]]:

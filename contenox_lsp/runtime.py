@@ -207,6 +207,28 @@ class Runtime:
 
         return fn
 
+    async def run_user_job(self, fn: Callable[[Any, Job], Any], label: str) -> Any:
+        """Run ``fn(session, job)`` on the engine thread at user priority and await it.
+
+        Cancelling the awaiting task cancels the job (within one batch/token) and surfaces as
+        RequestCancelled; engine and assembly errors become structured ServerErrors.
+        """
+        job = self.worker.submit(fn, priority=Priority.USER, label=label)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job.future))
+        except asyncio.CancelledError:
+            self.worker.cancel(job)
+            raise
+        except JobCancelled as exc:
+            raise RequestCancelled(str(exc)) from exc
+        except WorkerStopped as exc:
+            raise ServerError("engine_unavailable", str(exc)) from exc
+        except Exception as exc:
+            mapped = from_exception(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+
     async def run_prompt(
         self,
         turn: TurnSpec,
@@ -241,21 +263,7 @@ class Runtime:
                 gen = decode(session, job, max_tokens, emit, t0)
                 return {"prefill": stats, "gen": gen}
 
-            job = self.worker.submit(fn, priority=Priority.USER, label="ask")
-            try:
-                out = await asyncio.shield(asyncio.wrap_future(job.future))
-            except asyncio.CancelledError:
-                self.worker.cancel(job)
-                raise
-            except JobCancelled as exc:
-                raise RequestCancelled(str(exc)) from exc
-            except WorkerStopped as exc:
-                raise ServerError("engine_unavailable", str(exc)) from exc
-            except Exception as exc:
-                mapped = from_exception(exc)
-                if mapped is not None:
-                    raise mapped from exc
-                raise
+            out = await self.run_user_job(fn, "ask")
         finally:
             if work is not None:
                 work.end()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.errors import ServerError
-from contenox_lsp.worker import Job, JobCancelled, Priority
+from contenox_lsp.worker import Job
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
@@ -66,7 +66,7 @@ async def _save(rt: Runtime, store: Any, assembly: Any, label: str) -> dict[str,
         return store.put(key, cache_class, lambda p: session.save_snapshot(str(p)),
                          label=label or f"{n} tokens")
 
-    entry = await _run(rt, fn, "snapshot save")
+    entry = await rt.run_user_job(fn, "snapshot save")
     if entry is None:
         return {"saved": False, "reason": "refused by the snapshot store byte budget"}
     return {"saved": True, "snapshot": entry_view(entry)}
@@ -80,28 +80,9 @@ async def _load(rt: Runtime, store: Any, assembly: Any) -> dict[str, Any]:
     def fn(session: Any, job: Job) -> Any:
         return session.load_snapshot(str(entry.path))
 
-    await _run(rt, fn, "snapshot load")
+    await rt.run_user_job(fn, "snapshot load")
     rt.prefetch.kick()
     return {"loaded": True, "snapshot": entry_view(entry)}
-
-
-async def _run(rt: Runtime, fn: Any, label: str) -> Any:
-    from contenox_lsp.errors import from_exception
-    from contenox_lsp.runtime import RequestCancelled
-
-    job = rt.worker.submit(fn, priority=Priority.USER, label=label)
-    try:
-        return await asyncio.shield(asyncio.wrap_future(job.future))
-    except asyncio.CancelledError:
-        rt.worker.cancel(job)
-        raise
-    except JobCancelled as exc:
-        raise RequestCancelled(str(exc)) from exc
-    except Exception as exc:
-        mapped = from_exception(exc)
-        if mapped is not None:
-            raise mapped from exc
-        raise
 
 
 def entry_view(e: Any) -> dict[str, Any]:
