@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,12 @@ from contenox_lsp.benchmark.config import BenchConfig
 from contenox_lsp.benchmark.corpus import Corpus, cold_reset
 from contenox_lsp.benchmark.progress import Progress
 from contenox_lsp.benchmark.stats import check, first_mismatch, summary
-from engine.errors import CancelledError, ContextOverflowError, SnapshotCorruptError
+from engine.errors import (
+    CancelledError,
+    ContextOverflowError,
+    EngineError,
+    SnapshotCorruptError,
+)
 
 UNITS_PER_REP = 8
 
@@ -203,23 +209,9 @@ def _overhead(session: Any, bare_model: BareModel, corpus: Corpus, cfg: BenchCon
 
 def _over_context(session: Any, corpus: Corpus, full: list[int], ref: list[int],
                   s: _Samples, checks: dict[str, list[bool]], facts: dict[str, Any]) -> None:
-    before = session.resident_tokens
     too_long = corpus.filler(session.n_ctx + 1)
-    t0 = time.perf_counter()
-    try:
-        session.prefill(too_long)
-        code = "accepted"
-    except ContextOverflowError as exc:
-        code = exc.code
-    s.add("overctx_ms", (time.perf_counter() - t0) * 1000.0)
-    unchanged = session.resident_tokens == before
-    facts["overctx_code"] = code
-    session.prefill(full)
-    g = session.generate(len(ref))
-    checks.setdefault("over_context", []).append(
-        code == "context_overflow" and unchanged and g.tokens == ref
-    )
-    facts.setdefault("overctx_unchanged", []).append(unchanged)
+    _rejection(session, lambda: session.prefill(too_long), ContextOverflowError,
+               "overctx", "over_context", full, ref, s, checks, facts)
 
 
 def _corrupt_snapshot(session: Any, snap: Path, tmp: Path, full: list[int], ref: list[int],
@@ -229,22 +221,31 @@ def _corrupt_snapshot(session: Any, snap: Path, tmp: Path, full: list[int], ref:
     data = bytearray(bad.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of the KV state
     bad.write_bytes(bytes(data))
+    _rejection(session, lambda: session.load_snapshot(bad), SnapshotCorruptError,
+               "corrupt", "corrupt_snapshot", full, ref, s, checks, facts)
+
+
+def _rejection(session: Any, call: Callable[[], object], error: type[EngineError], key: str,
+               check_name: str, full: list[int], ref: list[int], s: _Samples,
+               checks: dict[str, list[bool]], facts: dict[str, Any]) -> None:
+    """Bad input must be refused with ``error`` and change no state: the resident tokens stay
+    as they were and the next request still gives the cold reference ``ref``."""
     before = session.resident_tokens
     t0 = time.perf_counter()
     try:
-        session.load_snapshot(bad)
+        call()
         code = "accepted"
-    except SnapshotCorruptError as exc:
+    except error as exc:
         code = exc.code
-    s.add("corrupt_ms", (time.perf_counter() - t0) * 1000.0)
+    s.add(f"{key}_ms", (time.perf_counter() - t0) * 1000.0)
     unchanged = session.resident_tokens == before
-    facts["corrupt_code"] = code
+    facts[f"{key}_code"] = code
     session.prefill(full)
     g = session.generate(len(ref))
-    checks.setdefault("corrupt_snapshot", []).append(
-        code == "snapshot_corrupt" and unchanged and g.tokens == ref
+    checks.setdefault(check_name, []).append(
+        code == error.code and unchanged and g.tokens == ref
     )
-    facts.setdefault("corrupt_unchanged", []).append(unchanged)
+    facts.setdefault(f"{key}_unchanged", []).append(unchanged)
 
 
 def _cancelled_prefill(session: Any, corpus: Corpus, full: list[int], ref: list[int],
