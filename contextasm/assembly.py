@@ -542,15 +542,23 @@ def _finish(
     stable_len = sum(len(v.tokens) for s, v in kept if s.kind in STABLE_KINDS)
     pad = padding_for(stable_len, block_size)
     last_stable = max((i for i, (s, _) in enumerate(kept) if s.kind in STABLE_KINDS), default=-1)
-    pad_tokens = (builder.newline_token(),) * pad if pad else ()
+    # The volatile segments (diff, outputs) are padded too, so the idle pre-prefill of
+    # everything before the user turn ends on a block boundary and is reused to its end.
+    volatile_len = sum(len(v.tokens) for s, v in kept
+                       if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER)
+    pad_user = padding_for(stable_len + pad + volatile_len, block_size) if volatile_len else 0
+    last_volatile = max((i for i, (s, _) in enumerate(kept)
+                         if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER),
+                        default=-1)
+    newline = (builder.newline_token(),) if pad or pad_user else ()
 
     digest = identity.digest()
     hasher = PrefixHasher(digest)
     segments: list[Segment] = []
     tokens: list[int] = []
     for i, (slot, v) in enumerate(kept):
-        padding = pad if i == last_stable else 0
-        seg_tokens = v.tokens + (pad_tokens if padding else ())
+        padding = pad if i == last_stable else pad_user if i == last_volatile else 0
+        seg_tokens = v.tokens + newline * padding
         hasher.update(seg_tokens)
         text = "".join(t for t, _ in v.pieces)
         segments.append(

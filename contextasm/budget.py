@@ -62,7 +62,8 @@ class Slot:
 
 
 def padding_for(stable_len: int, block_size: int) -> int:
-    """Neutral tokens needed after the stable region to end on a block boundary."""
+    """Neutral tokens needed after a region (the stable one, and everything before the user
+    turn) to end on a block boundary, so a backend that reuses whole blocks reuses all of it."""
     return (-stable_len) % block_size if block_size > 1 else 0
 
 
@@ -70,16 +71,19 @@ def total_tokens(
     slots: Sequence[Slot], block_size: int, override: tuple[int, int] | None = None
 ) -> int:
     """Prompt length with the slots' chosen variants (``override``: slot index → k to try)."""
-    stable = rest = 0
+    stable = volatile = user = 0
     for i, slot in enumerate(slots):
         k = override[1] if override is not None and override[0] == i else slot.k
         v = slot.variant(k)
         n = len(v.tokens) if v is not None else 0
         if slot.kind in STABLE_KINDS:
             stable += n
+        elif slot.kind is SegmentKind.USER:
+            user += n
         else:
-            rest += n
-    return stable + padding_for(stable, block_size) + rest
+            volatile += n
+    before_user = stable + padding_for(stable, block_size) + volatile
+    return before_user + padding_for(before_user, block_size) + user
 
 
 def fit(slots: Sequence[Slot], stages: Sequence[Sequence[int]], limit: int, block_size: int) -> int:

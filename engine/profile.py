@@ -103,7 +103,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "context", "n_batch", 512, _int_range(1), "an integer >= 1", "logical batch (prefill chunk)"
     ),
-    FieldSpec("context", "n_ubatch", 512, _int_range(1), "an integer >= 1", "physical micro-batch"),
+    # Also the reuse unit of exact reuse (cache.exact_reuse): small enough that a warm prefill
+    # recomputes few tokens, large enough for the batched kernels (measured in engine/README.md).
+    FieldSpec("context", "n_ubatch", 32, _int_range(1), "an integer >= 1", "physical micro-batch"),
     FieldSpec(
         "context",
         "n_threads",
@@ -186,7 +188,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         4,
         _int_range(1, 64),
         "an integer 1..64",
-        "sequences: 1 live + (n_seq_max - 1) parked branches sharing the n_ctx cells",
+        "sequences: 1 live + (n_seq_max - 1) parked branches",
     ),
     FieldSpec(
         "context", "seed", 42, _int_range(0, 2**32 - 1), "an integer 0..4294967295", "sampler seed"
@@ -231,6 +233,19 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     FieldSpec(
         "cache", "block_size", 1, _int_range(1, 4096), "an integer 1..4096", "cache block size"
+    ),
+    # llama.cpp's CPU kernels are not batch-invariant: the kernel (and so the rounding) used for
+    # a token depends on the size of the micro-batch it is in, its place in it and the KV cell
+    # layout. Exact reuse makes every warm computation the cold one: prompts are decoded in
+    # micro-batches aligned to multiples of n_ubatch, only whole aligned micro-batches are reused,
+    # and every sequence has its own KV stream laid out position == cell (engine/README.md).
+    FieldSpec(
+        "cache",
+        "exact_reuse",
+        True,
+        _is_bool,
+        "true | false",
+        "warm == cold bitwise: reuse whole n_ubatch chunks, one KV stream per sequence",
     ),
     FieldSpec(
         "cache",
@@ -415,6 +430,10 @@ class Profile:
     @property
     def block_size(self) -> int:
         return int(self.values["cache.block_size"])
+
+    @property
+    def exact_reuse(self) -> bool:
+        return bool(self.values["cache.exact_reuse"])
 
     @property
     def swa_full(self) -> bool:

@@ -40,6 +40,12 @@ class Session(Protocol):
     @property
     def resident_identity(self) -> ContextIdentity | None: ...
     @property
+    def reusable_resident(self) -> int:
+        """How many leading resident tokens a later prefill may reuse (llama.cpp with exact
+        reuse: those computed in whole chunks; generated tokens and a partial last chunk are
+        recomputed)."""
+        ...
+    @property
     def capabilities(self) -> dict[str, bool]: ...
     @property
     def reuse_granularity(self) -> int:
@@ -70,8 +76,8 @@ class Session(Protocol):
 def reusable_prefix(session: Session, common: int) -> int:
     """Of ``common`` leading tokens equal to the resident ones, how many the next prefill
     really reuses on this session (rounded down to its reuse granularity)."""
-    g = max(1, int(getattr(session, "reuse_granularity", 1)))
-    return common // g * g
+    g = max(1, session.reuse_granularity)
+    return min(common, session.reusable_resident) // g * g
 
 
 def open_session(profile: Profile | None = None) -> Session:

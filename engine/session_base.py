@@ -66,5 +66,10 @@ class SessionBase:
         return len(self._tokens)
 
     @property
+    def reusable_resident(self) -> int:
+        """How many leading resident tokens a later prefill may reuse (all, by default)."""
+        return len(self._tokens)
+
+    @property
     def resident_identity(self) -> ContextIdentity | None:
         return self._resident_identity

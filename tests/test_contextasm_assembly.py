@@ -313,8 +313,20 @@ def test_stable_end_is_block_aligned_with_newline_padding(
     newline = gemma.tokenize("\n", special=False)
     assert list(last_stable.tokens[len(last_stable.tokens) - pad :]) == newline * pad
     assert asm.tokens[: plain.stable_end] == plain.tokens[: plain.stable_end]
-    assert asm.tokens[asm.stable_end :] == plain.tokens[plain.stable_end :]
-    assert sum(s.padding for s in asm.segments) == pad
+    # The volatile segments before the user turn are padded too: the idle pre-prefill ends
+    # on a block boundary (its last segment carries the padding).
+    user = asm.segment(SegmentKind.USER)
+    assert user is not None
+    before_user = asm.segments[user.index - 1]
+    assert before_user.kind not in (SegmentKind.PINNED, SegmentKind.USER)
+    user_pad = before_user.padding
+    assert 0 <= user_pad < block_size and asm.user_start % block_size == 0
+    assert list(before_user.tokens[len(before_user.tokens) - user_pad :]) == newline * user_pad
+    assert asm.tokens[asm.stable_end : asm.user_start - user_pad] == plain.tokens[
+        plain.stable_end : plain.user_start
+    ]
+    assert asm.tokens[asm.user_start :] == plain.tokens[plain.user_start :]
+    assert sum(s.padding for s in asm.segments) == pad + user_pad
     # An explicit argument overrides the identity's block size.
     assert build(gemma, ident, block_size=1).tokens == plain.tokens
 

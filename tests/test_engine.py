@@ -1,7 +1,12 @@
 """Engine behaviour on the real embedded model: warm output must equal cold output.
 
 Every "warm" result is checked against a cold run of the same full prompt (KV cleared first)
-under greedy decoding, which is the correctness gate of prefix reuse.
+under greedy decoding, which is the correctness gate of prefix reuse. With exact reuse (the
+default profile) the gate is stronger: the next-token logits are bitwise equal too.
+
+The default profile reuses whole ``n_ubatch`` chunks only (``reuse_granularity``); prompts
+here are cut at chunk multiples where a test asserts that a whole prefix is reused, and
+``whole_chunks`` states what a prefix that ends inside a chunk gives.
 """
 
 from __future__ import annotations
@@ -57,6 +62,16 @@ def cold_tokens(session: Session, toks: list[int]) -> list[int]:
     return session.generate(max_tokens=N_GEN).tokens
 
 
+def whole_chunks(session: Session, n: int) -> int:
+    """What a prefill reuses of ``n`` valid resident tokens: whole chunks only."""
+    g = session.reuse_granularity
+    return n // g * g
+
+
+def chunk(session: Session) -> int:
+    return session.reuse_granularity
+
+
 @pytest.fixture()
 def s(llama_session: Any) -> Iterator[Any]:
     """The shared session with its fault-injection seam restored after each test."""
@@ -75,8 +90,16 @@ def test_identity_and_default_profile(s: Any) -> None:
     assert s.identity.profile_id == prof.profile_id
 
 
+def test_exact_reuse_is_the_default_with_whole_chunks(s: Any) -> None:
+    prof = load_profile(None)
+    assert prof.exact_reuse is True
+    assert s.reuse_granularity == prof.get("context.n_ubatch") > 1
+    # The assembler pads the stable region to whole chunks, so it is reused to its last token.
+    assert s.identity.block_size == s.reuse_granularity
+
+
 def test_new_suffix_after_cached_prefix_equals_cold(s: Any, text: str) -> None:
-    prefix = prompt(s, text, 400)
+    prefix = prompt(s, text, 6 * chunk(s))
     full = prefix + s.tokenize("\n# Summary of the decoder above:\n")
     s.reset()
     s.prefill(prefix)
@@ -91,7 +114,8 @@ def test_fully_cached_prompt_still_decodes_correctly(s: Any, text: str) -> None:
     toks = prompt(s, text, 300)
     cold = cold_tokens(s, toks)
     r = s.prefill(toks)
-    assert r.reused_tokens == len(toks) - 1  # the last token is re-decoded for its logits
+    # The last token is re-decoded for its logits, with the rest of its chunk.
+    assert r.reused_tokens == whole_chunks(s, len(toks) - 1)
     assert s.generate(max_tokens=N_GEN).tokens == cold
 
 
@@ -103,7 +127,7 @@ def test_edit_in_middle_reuses_up_to_the_edit(s: Any, text: str) -> None:
     s.prefill(toks)
     s.generate(max_tokens=4)
     r = s.prefill(edited)
-    assert r.reused_tokens == 250
+    assert r.reused_tokens == whole_chunks(s, 250)
     warm = s.generate(max_tokens=N_GEN).tokens
     assert warm == cold_tokens(s, edited)
 
@@ -196,7 +220,7 @@ def test_decode_status_maps_to_error_and_session_recovers(
 ) -> None:
     toks = prompt(s, text, 300)
     s.reset()
-    s.prefill(toks[:100])
+    s.prefill(toks[: 2 * chunk(s)])
     _inject_once(s, status)
     with pytest.raises(error) as err:
         s.prefill(toks)
@@ -204,9 +228,9 @@ def test_decode_status_maps_to_error_and_session_recovers(
     if status < -1:
         assert s.n_resident == 0  # context freed; rebuilt on the next request
     else:
-        assert s.resident_tokens == toks[:100]  # rolled back to the committed prefix
+        assert s.resident_tokens == toks[: 2 * chunk(s)]  # rolled back to the committed prefix
     r = s.prefill(toks)
-    assert r.reused_tokens == (0 if status < -1 else 100)
+    assert r.reused_tokens == (0 if status < -1 else 2 * chunk(s))
     warm = s.generate(max_tokens=N_GEN).tokens
     assert warm == cold_tokens(s, toks)
 
@@ -278,7 +302,7 @@ def test_cancel_stops_decode(s: Any, text: str) -> None:
 
 
 def test_snapshot_roundtrip_into_fresh_session(s: Any, text: str, tmp_path: Path) -> None:
-    prefix = prompt(s, text, 400)
+    prefix = prompt(s, text, 6 * chunk(s))
     full = prefix + s.tokenize("\n# Next, the scanner:\n")
     s.reset()
     s.prefill(prefix)
@@ -321,7 +345,7 @@ def test_corrupt_snapshot_leaves_state_unchanged(
         s.load_snapshot(snap)
     assert s.resident_tokens == before
     r = s.prefill(other)
-    assert r.reused_tokens == len(other) - 1
+    assert r.reused_tokens == whole_chunks(s, len(other) - 1)
 
 
 def test_incompatible_snapshot_is_refused(s: Any, text: str, tmp_path: Path) -> None:
@@ -342,7 +366,7 @@ def test_incompatible_snapshot_is_refused(s: Any, text: str, tmp_path: Path) -> 
 
 
 def test_branches_keep_two_prefixes_warm(s: Any, text: str) -> None:
-    a = prompt(s, text, 300)
+    a = prompt(s, text, 5 * chunk(s))
     b = prompt(s, text[3000:], 300)
     assert a[:5] != b[:5] or a[1:5] != b[1:5]
     s.reset()
@@ -403,7 +427,7 @@ def test_swa_rollback_past_window_is_a_reported_miss(swa_session: Any, text: str
 
 def test_swa_append_still_reuses(swa_session: Any, text: str) -> None:
     s = swa_session
-    toks = prompt(s, text, 700)
+    toks = prompt(s, text, 11 * chunk(s))
     s.reset()
     s.prefill(toks)
     full = toks + s.tokenize("\n# more\n")

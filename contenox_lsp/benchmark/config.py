@@ -44,6 +44,10 @@ class BenchConfig:
     backends_prefix: int = 2048  # stable prefix of the warm changed-suffix row
     backends_suffix: int = 128  # its changed suffix (the user turn: cursor code + question)
     backends_child_timeout_s: float = 1800.0  # hang guard per backend child, not a timing
+    # Drift section: warm vs cold per reuse path. The prefix is longer than Gemma 3's
+    # 512-token sliding window by default (restores keep only the window's cells).
+    drift_prefix: int = 617
+    drift_tokens: int = 64  # greedy tokens compared (the identical-prefix length is of these)
     trace: TraceConfig = field(default_factory=TraceConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,6 +90,8 @@ QUICK = replace(
     backends_cold_sizes=(512, 1024),
     backends_prefix=512,
     backends_suffix=64,
+    drift_prefix=231,
+    drift_tokens=16,
     trace=TraceConfig(
         steps=TRACE_STEPS_QUICK,
         repo_map_tokens=256,

@@ -19,7 +19,7 @@ from typing import Any
 log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift")
 
 
 def _have_matplotlib() -> bool:
@@ -64,6 +64,7 @@ def run_bench(args: argparse.Namespace) -> int:
         applicable,
         backends,
         curve,
+        drift,
         goals,
         plots,
         report,
@@ -93,7 +94,7 @@ def run_bench(args: argparse.Namespace) -> int:
     load0 = _loadavg()
     progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
-                        + backends.planned_units(cfg))
+                        + backends.planned_units(cfg) + drift.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -165,6 +166,7 @@ def run_bench(args: argparse.Namespace) -> int:
             # Each backend loads the model in a child process of its own (peak memory).
             run_section("backends", lambda: backends.run(
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))
+            run_section("drift", lambda: drift.run(profile, cfg, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)
         print(f"contenox-lsp bench: interrupted; partial report in {out / 'report.md'}",

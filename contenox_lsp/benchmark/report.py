@@ -97,6 +97,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += _runtime(s["runtime"]) + _curve(s["curve"]) + _trace(s["trace"])
     lines += _scaling(s["scaling"])
     lines += _backends(s.get("backends", {"status": "not run"}))
+    lines += _drift(s.get("drift", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)
@@ -321,3 +322,32 @@ def _pairs(reused: list[int] | None, new: list[int] | None) -> str:
 
 def _mib_s(x: float | None) -> str:
     return "–" if x is None else f"{x / 2**20:,.0f}"
+
+
+def _drift(sec: dict[str, Any]) -> list[str]:
+    head = _status("6. Drift: warm vs cold per reuse path", sec)
+    if head:
+        return head
+    lines = [
+        "## 6. Drift: warm vs cold per reuse path",
+        "",
+        f"Prefix {sec['prefix_tokens']} tokens; each warm run against a cold run of the same "
+        f"prompt on the same session: first sampled token, identical greedy tokens of "
+        f"{sec['n_tokens']}, largest |Δ| of the first position's logits. Exact reuse "
+        "(`cache.exact_reuse = true`, the default) is expected to show 0 everywhere; "
+        "token-granular reuse on one shared KV pool is round 1's engine.",
+        "",
+    ]
+    rows = []
+    for mode in sec["modes"]:
+        for row in mode["rows"]:
+            rows.append([
+                f"{mode['mode']} (unit {mode['reuse_granularity']})", row["path"],
+                f"{row['reused_tokens']}/{row['prompt_tokens']}",
+                "yes" if row["first_token_agrees"] else "**no**",
+                f"{row['identical_prefix']}/{sec['n_tokens']}",
+                f"{row['max_abs_dlogit']:.4g}",
+            ])
+    lines += _table(["reuse", "path", "reused/prompt", "first token", "identical greedy",
+                     "max abs Δlogit"], rows)
+    return [*lines, ""]

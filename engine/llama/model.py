@@ -177,10 +177,15 @@ def context_params(profile: Profile, abort_callback: Any) -> Any:
     p = llama_cpp.llama_context_default_params()
     threads = int(profile.get("context.n_threads")) or (os.cpu_count() or 1)
     threads_batch = int(profile.get("context.n_threads_batch")) or (os.cpu_count() or 1)
-    p.n_ctx = profile.n_ctx
+    n_seq_max = int(profile.get("context.n_seq_max"))
+    # Exact reuse: one KV stream of n_ctx cells per sequence, so the live sequence always sits at
+    # cells 0..n-1 in position order (the layout a cold prefill gets). Otherwise one pool of
+    # n_ctx cells that parked branches share with the live sequence.
+    p.kv_unified = not profile.exact_reuse
+    p.n_ctx = profile.n_ctx * (n_seq_max if profile.exact_reuse else 1)
     p.n_batch = profile.n_batch
     p.n_ubatch = int(profile.get("context.n_ubatch"))
-    p.n_seq_max = int(profile.get("context.n_seq_max"))
+    p.n_seq_max = n_seq_max
     p.n_threads = threads
     p.n_threads_batch = threads_batch
     p.flash_attn_type = _FLASH_ATTN[str(profile.get("context.flash_attn"))]
@@ -190,8 +195,6 @@ def context_params(profile: Profile, abort_callback: Any) -> Any:
     p.rope_freq_base = float(profile.get("context.rope_freq_base"))
     p.rope_freq_scale = float(profile.get("context.rope_freq_scale"))
     p.swa_full = profile.swa_full
-    # One cell pool shared by all sequences: parked branches share cells with the live one.
-    p.kv_unified = True
     p.no_perf = True
     p.abort_callback = abort_callback
     p.abort_callback_data = None

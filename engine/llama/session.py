@@ -1,14 +1,30 @@
 """A persistent llama.cpp session: one model + one context, live prefix reuse, snapshots, branches.
 
 Sequence 0 is the live sequence. Sequences 1..n_seq_max-1 hold parked branches: other prefixes
-kept warm in the same (unified) KV cell pool, so copying a prefix shares cells instead of
-duplicating them. ``prefill`` reuses the longest common prefix of the live sequence or of a
-parked branch, removes the tail with ``llama_memory_seq_rm`` and decodes only the new suffix in
+kept warm. ``prefill`` reuses the longest common prefix of the live sequence or of a parked
+branch, removes the tail with ``llama_memory_seq_rm`` and decodes only the new suffix in
 ``n_batch`` chunks; each finished chunk is committed (counted as resident) before the next one.
+
+Exact reuse (``cache.exact_reuse``, the default) makes the warm computation the cold one, so
+warm prefix + suffix gives the cold run's logits bit for bit on any CPU. llama.cpp's kernels
+are not batch-invariant (which matmul and attention kernel a token goes through, and so its
+rounding, depends on the micro-batch it is in and on the KV cell layout), so:
+
+- every prompt is decoded in micro-batches that start at multiples of ``n_ubatch`` (the chunk),
+  cold or warm, so each position is always computed in the same micro-batch;
+- only whole chunks are reused; a partial last chunk, and anything decoded token by token
+  (generated tokens), is recomputed as part of the next prompt's chunk;
+- every sequence has its own KV stream, so the live sequence sits at cells ``0..n-1`` in
+  position order, as after a cold prefill; branches and snapshots are moved in and out with
+  the sequence-state copy, which keeps that layout.
+
+Without it (``exact_reuse = false``) reuse is token-granular on one KV pool that parked
+branches share with the live sequence: cheaper, but warm output may drift from cold.
 """
 
 from __future__ import annotations
 
+import array
 import codecs
 import ctypes
 import logging
@@ -61,6 +77,7 @@ class _Branch:
     tokens: list[int]
     identity: ContextIdentity
     last_used: float
+    exact_tokens: int
 
 
 def _ms(t0: float) -> float:
@@ -94,7 +111,15 @@ class LlamaSession(SessionBase):
         self._branches: dict[str, _Branch] = {}
         self._fatal_reason: str | None = None
         self.metrics = SessionMetrics()
-        self._n_batch = profile.n_batch
+        self._exact = profile.exact_reuse
+        # The reuse unit: exact reuse keeps whole n_ubatch chunks only (see the module doc).
+        self._chunk = int(profile.get("context.n_ubatch")) if self._exact else 1
+        # Prefill batches start on chunk boundaries: n_batch rounded down to whole chunks.
+        self._n_batch = max(self._chunk, profile.n_batch // self._chunk * self._chunk)
+        # Leading resident tokens computed in whole aligned chunks (reusable under exact reuse).
+        self._exact_tokens = 0
+        # A cross-stream sequence copy that llama.cpp has not run yet (see _flush_copies).
+        self._copies_pending = False
         self._n_seq_max = int(profile.get("context.n_seq_max"))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._sampler = build_sampler(profile, model.vocab)
@@ -116,8 +141,21 @@ class LlamaSession(SessionBase):
             type_v=str(profile.get("context.type_v")),
             flash_attn=str(profile.get("context.flash_attn")),
             swa_full=profile.swa_full,
-            block_size=profile.block_size,
+            block_size=self._identity_block_size(profile),
         )
+
+    def _identity_block_size(self, profile: Profile) -> int:
+        """The assembler pads the stable region to this: whole chunks under exact reuse, so a
+        stable prefix is reused to its last token (as OpenVINO's KV blocks do)."""
+        if profile.block_size > 1 or self._chunk == 1:
+            if profile.block_size % self._chunk:
+                log.warning(
+                    "cache.block_size = %d is not a multiple of context.n_ubatch (%d): a stable "
+                    "prefix that ends inside a chunk is reused only up to the chunk before it",
+                    profile.block_size, self._chunk,
+                )
+            return profile.block_size
+        return self._chunk
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -178,9 +216,10 @@ class LlamaSession(SessionBase):
 
     @property
     def n_ctx(self) -> int:
+        """Positions one sequence can hold (with exact reuse each sequence has its own)."""
         if self._ctx is None:
             return self.profile.n_ctx
-        return int(llama_cpp.llama_n_ctx(self._ctx))
+        return int(llama_cpp.llama_n_ctx_seq(self._ctx))
 
     @property
     def n_vocab(self) -> int:
@@ -213,7 +252,20 @@ class LlamaSession(SessionBase):
 
     @property
     def reuse_granularity(self) -> int:
-        return 1  # any position: the KV cache is trimmed token by token
+        return self._chunk  # 1 without exact reuse: the KV cache is trimmed token by token
+
+    @property
+    def reusable_resident(self) -> int:
+        return self._exact_tokens if self._exact else len(self._tokens)
+
+    def next_token_logits(self) -> array.array[float]:
+        """A copy of the logits the next ``generate`` samples from (for drift measurements)."""
+        if self._ctx is None or not self._logits_ready:
+            raise InvalidSessionStateError("no logits: prefill() first", resident=len(self._tokens))
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        out = array.array("f", bytes(4 * self.n_vocab))
+        ctypes.memmove(out.buffer_info()[0], ptr, 4 * self.n_vocab)
+        return out
 
     # ----------------------------------------------------------------- tokens
 
@@ -312,25 +364,27 @@ class LlamaSession(SessionBase):
                 self._clear_live()
         self._resident_identity = ident
 
-        n = common_prefix_length(self._tokens, toks)
+        n = self._reusable(common_prefix_length(self._tokens, toks), self.reusable_resident, toks)
         restored: str | None = None
         best = self._best_branch(toks, ident)
         if best is not None and best[1] > n:
             branch, n = best
             self._copy_seq(branch.seq_id, MAIN_SEQ)
             self._tokens = list(branch.tokens)
+            self._exact_tokens = branch.exact_tokens
             branch.last_used = time.monotonic()
             restored = branch.name
-        # A fully cached prompt still needs logits for its last token: re-decode that one.
-        n = min(n, len(toks) - 1)
 
-        if 0 < n < len(self._tokens) and not self.profile.swa_full and self._model.n_swa > 0:
+        # Sliding-window layers may hold only the window: always with swa_full = false, and
+        # after a snapshot load even with swa_full (llama.cpp saves only the window's cells).
+        if 0 < n < len(self._tokens) and self._model.n_swa > 0:
             pos_min = int(llama_cpp.llama_memory_seq_pos_min(self._mem, MAIN_SEQ))
             needed = max(0, n - self._model.n_swa)
             if pos_min > needed:
+                why = "swa_full = false" if not self.profile.swa_full else "restored snapshot"
                 reason = (
                     f"sliding window: rollback to {n} needs position {needed}, but positions "
-                    f"below {pos_min} are gone (swa_full = false)"
+                    f"below {pos_min} are gone ({why})"
                 )
                 n = 0
         if n < len(self._tokens):
@@ -339,7 +393,15 @@ class LlamaSession(SessionBase):
                 n = 0
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
             del self._tokens[n:]
+        self._exact_tokens = min(self._exact_tokens, n)
         return n, reason, restored
+
+    def _reusable(self, common: int, computed: int, toks: Sequence[int]) -> int:
+        """Of ``common`` matching resident tokens, how many this prefill keeps: not the last
+        prompt token (its logits are needed, so it is re-decoded), not past ``computed`` (the
+        tokens computed in whole chunks), and only whole chunks."""
+        n = min(common, computed, len(toks) - 1)
+        return n // self._chunk * self._chunk
 
     def reset(self) -> None:
         """Forget everything resident (live sequence and parked branches): a cold session."""
@@ -349,12 +411,14 @@ class LlamaSession(SessionBase):
             if self._mem is not None:
                 llama_cpp.llama_memory_clear(self._mem, True)
             self._tokens = []
+            self._exact_tokens = 0
             self._resident_identity = None
             self._logits_ready = False
 
     def _clear_live(self) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
         self._tokens = []
+        self._exact_tokens = 0
 
     def _fill_batch(self, chunk: Sequence[int], pos: int, logits_last: bool) -> None:
         b = self._batch
@@ -379,6 +443,8 @@ class LlamaSession(SessionBase):
             self._decode_chunk(chunk, pos, logits_last=last, stage="prefill")
             self._tokens.extend(chunk)
             pos += len(chunk)
+            # Batches start on chunk boundaries, so every whole chunk so far is a cold one.
+            self._exact_tokens = len(self._tokens) // self._chunk * self._chunk
 
     def _decode_chunk(
         self, chunk: Sequence[int], pos: int, *, logits_last: bool, stage: str
@@ -388,9 +454,10 @@ class LlamaSession(SessionBase):
             self._fill_batch(chunk, pos, logits_last)
             status = int(self._decode_fn(self._ctx, self._batch))
             if status == 0:
+                self._copies_pending = False  # llama.cpp ran them before this batch
                 return
-            if status == 1 and self._drop_lru_branch():
-                continue  # parked branches held the cells; the live sequence comes first
+            if status == 1 and not self._exact and self._drop_lru_branch():
+                continue  # parked branches held shared cells; the live sequence comes first
             self._on_decode_failure(status, stage)
 
     def _on_decode_failure(self, status: int, stage: str) -> None:
@@ -403,6 +470,7 @@ class LlamaSession(SessionBase):
             )
         # Partial micro-batches may remain in KV (status 2): cut back to what we committed.
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, committed, -1)
+        self._exact_tokens = min(self._exact_tokens, committed)
         if status == 2:
             raise CancelledError(f"{stage} cancelled", **data)
         if status == 1:
@@ -417,6 +485,7 @@ class LlamaSession(SessionBase):
         self._ctx = None
         self._mem = None
         self._tokens = []
+        self._exact_tokens = 0
         self._resident_identity = None
         self._branches.clear()
         self._logits_ready = False
@@ -495,13 +564,30 @@ class LlamaSession(SessionBase):
     # ----------------------------------------------------------------- snapshots
 
     def save_snapshot(self, path: str | Path) -> SnapshotResult:
-        """Write the live sequence's KV state with its identity, tokens and a checksum."""
+        """Write the live sequence's KV state with its identity, tokens and a checksum.
+
+        Under exact reuse only the whole chunks are saved, and the live sequence is cut back to
+        them first: a partial last chunk or generated tokens would be recomputed by the next
+        prefill anyway, and llama.cpp saves only the sliding window's cells, so a restored
+        prefix can be extended but not rolled back into.
+        """
         with self._exclusive("save_snapshot"):
             if self._ctx is None or not self._tokens or self._resident_identity is None:
                 raise InvalidSessionStateError(
                     "nothing resident to snapshot", resident=len(self._tokens)
                 )
+            if self._exact and self._exact_tokens < len(self._tokens):
+                if self._exact_tokens == 0:
+                    raise InvalidSessionStateError(
+                        "nothing resident in whole chunks to snapshot",
+                        resident=len(self._tokens),
+                        chunk=self._chunk,
+                    )
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, self._exact_tokens, -1)
+                del self._tokens[self._exact_tokens :]
+                self._logits_ready = False
             t0 = time.perf_counter()
+            self._flush_copies()
             size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
             buf = (ctypes.c_uint8 * size)()
             n = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, MAIN_SEQ))
@@ -509,7 +595,11 @@ class LlamaSession(SessionBase):
                 identity=self._resident_identity,
                 tokens=list(self._tokens),
                 state=bytes(buf[:n]),
-                meta={"backend": self.backend, "model": self._model.description},
+                meta={
+                    "backend": self.backend,
+                    "model": self._model.description,
+                    "exact_tokens": self._exact_tokens,
+                },
             )
             nbytes = write_snapshot(Path(path), payload)
             result = SnapshotResult(
@@ -543,6 +633,7 @@ class LlamaSession(SessionBase):
                     field="n_tokens",
                 )
             self._ensure_context()
+            self._flush_copies()
             spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ
             if spare is None:
                 self._drop_lru_branch()
@@ -557,15 +648,29 @@ class LlamaSession(SessionBase):
                 llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
                 if target == MAIN_SEQ:
                     self._tokens = []
+                    self._exact_tokens = 0
                 raise SnapshotCorruptError(
                     f"llama.cpp rejected the state in {path}",
                     path=str(path),
                     reason="state rejected",
                 )
             if target != MAIN_SEQ:
-                self._copy_seq(target, MAIN_SEQ)
+                # Accepted: now load it into the live sequence itself, which writes the cells
+                # at once and lays them out as a cold prefill would.
                 llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+                self._tokens, self._exact_tokens = [], 0
+                if not llama_cpp.llama_state_seq_set_data(
+                    self._ctx, arr, len(payload.state), MAIN_SEQ
+                ):
+                    llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+                    raise SnapshotCorruptError(
+                        f"llama.cpp rejected the state in {path} on the live sequence",
+                        path=str(path),
+                        reason="state rejected",
+                    )
             self._tokens = list(payload.tokens)
+            self._exact_tokens = self._snapshot_exact_tokens(payload)
             self._resident_identity = payload.identity
             self._logits_ready = False
             result = SnapshotResult(
@@ -574,11 +679,53 @@ class LlamaSession(SessionBase):
             self.metrics.last_snapshot_load = result
             return result
 
+    def _snapshot_exact_tokens(self, payload: SnapshotPayload) -> int:
+        """How much of a loaded snapshot counts as computed in whole chunks (0 if unknown)."""
+        if not self._exact:
+            return len(payload.tokens)
+        claimed = payload.meta.get("exact_tokens")
+        if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed < 0:
+            return 0
+        return min(claimed, len(payload.tokens)) // self._chunk * self._chunk
+
     # ----------------------------------------------------------------- branches
 
     def _copy_seq(self, src: int, dst: int) -> None:
+        """One pool: the destination shares the source's cells. Separate streams (exact
+        reuse): llama.cpp copies the whole stream, cells at the same indices, every cell of the
+        window kept (the sequence-state API would drop the cells outside the sliding window);
+        the copy itself runs at the next decode, see ``_flush_copies``."""
         llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
         llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+        self._copies_pending = self._exact
+
+    def _flush_copies(self) -> None:
+        """Make pending stream copies happen before the stream buffers are read or written
+        directly (state save/load): llama.cpp runs them at the start of the next decode, so
+        decode one token in a free stream and forget it."""
+        if not self._copies_pending:
+            return
+        scratch = self._free_seq()
+        if scratch is None:
+            # Every other stream holds a branch (or there is none): give the oldest one up.
+            if self._drop_lru_branch():
+                scratch = self._free_seq()
+            else:
+                scratch = MAIN_SEQ if not self._tokens else None
+        if scratch is None:
+            return  # n_seq_max = 1: nothing is ever copied between streams
+        b = self._batch
+        b.n_tokens = 1
+        b.token[0], b.pos[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = 0, 0, 1, scratch, 0
+        status = int(llama_cpp.llama_decode(self._ctx, b))
+        llama_cpp.llama_memory_seq_rm(self._mem, scratch, -1, -1)
+        # 2 (aborted by a pending cancel) comes after the copies: llama.cpp runs them first.
+        if status not in (0, 2):
+            self._go_fatal(f"llama_decode returned {status} while copying a sequence")
+            raise DecodeFatalError(
+                "could not complete a sequence copy; the context will be rebuilt", status=status
+            )
+        self._copies_pending = False
 
     def _free_seq(self) -> int | None:
         used = {b.seq_id for b in self._branches.values()}
@@ -599,7 +746,8 @@ class LlamaSession(SessionBase):
         for b in sorted(self._branches.values(), key=lambda b: b.name):
             if b.identity != ident:
                 continue
-            n = common_prefix_length(b.tokens, toks)
+            computed = b.exact_tokens if self._exact else len(b.tokens)
+            n = self._reusable(common_prefix_length(b.tokens, toks), computed, toks)
             if best is None or n > best[1]:
                 best = (b, n)
         return best
@@ -626,7 +774,14 @@ class LlamaSession(SessionBase):
             seq = self._free_seq()
         assert seq is not None
         self._copy_seq(MAIN_SEQ, seq)
-        branch = _Branch(name, seq, list(self._tokens), self._resident_identity, time.monotonic())
+        branch = _Branch(
+            name,
+            seq,
+            list(self._tokens),
+            self._resident_identity,
+            time.monotonic(),
+            self._exact_tokens,
+        )
         self._branches[name] = branch
         return BranchInfo(name=name, seq_id=seq, tokens=len(branch.tokens))
 
@@ -636,6 +791,7 @@ class LlamaSession(SessionBase):
             raise InvalidSessionStateError(f"no parked branch named {name!r}", branch=name)
         self._copy_seq(branch.seq_id, MAIN_SEQ)
         self._tokens = list(branch.tokens)
+        self._exact_tokens = branch.exact_tokens
         self._resident_identity = branch.identity
         self._logits_ready = False
         branch.last_used = time.monotonic()

@@ -1,0 +1,158 @@
+"""Exact reuse: on every reuse path the warm next-token logits are bitwise the cold ones.
+
+llama.cpp's CPU kernels are not batch-invariant (the kernel that computes a token, and so its
+rounding, depends on the micro-batch it is in and on the KV cell layout), and which kernels a
+machine has depends on its CPU and build. Exact reuse makes every warm computation the cold one
+(engine/README.md), so the gate here is bitwise equality of the logits, not only equal greedy
+tokens, and it runs under several kernel-selecting settings: thread counts, flash attention on
+and off, three micro-batch sizes. The same file also passes on a llama-cpp-python built without
+AVX-512 (AVX2 kernels; see engine/README.md for the command).
+"""
+
+from __future__ import annotations
+
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CancelledError, load_profile, open_session
+
+N_GEN = 16
+
+# (name, overrides): each changes which kernels a prefill goes through.
+SETTINGS = [
+    ("t1-fa_off-b512-u64", {"context.n_threads": 1, "context.n_threads_batch": 1}),
+    ("t2-fa_on-b512-u64", {"context.n_threads": 2, "context.n_threads_batch": 2,
+                           "context.flash_attn": "on"}),
+    ("t2-fa_off-b96-u32", {"context.n_batch": 96, "context.n_ubatch": 32}),
+    ("t1-fa_on-b128-u128", {"context.n_threads": 1, "context.n_threads_batch": 1,
+                            "context.n_batch": 128, "context.n_ubatch": 128,
+                            "context.flash_attn": "on"}),
+]
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    return (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text("utf-8")
+
+
+@pytest.fixture(scope="module", params=SETTINGS, ids=[name for name, _ in SETTINGS])
+def setting(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any]]]:
+    overrides = {"context.n_ctx": 2048, **request.param[1]}
+    prof = load_profile(None).with_overrides(overrides, source="test")
+    with open_session(prof) as session:
+        yield session, overrides
+
+
+def _logits_and_tokens(s: Any) -> tuple[bytes, list[int]]:
+    logits = s.next_token_logits().tobytes()
+    return logits, s.generate(max_tokens=N_GEN).tokens
+
+
+def _cold(s: Any, toks: list[int]) -> tuple[bytes, list[int]]:
+    s.reset()
+    assert s.prefill(toks).reused_tokens == 0
+    return _logits_and_tokens(s)
+
+
+def _prompts(s: Any, text: str) -> tuple[list[int], list[int]]:
+    """A prefix that ends inside a chunk (the hard case) and the full prompt after it."""
+    base = s.tokenize(text, add_bos=True)
+    prefix = base[: 3 * s.reuse_granularity + 7]
+    return prefix, prefix + s.tokenize("\n# In one sentence, the code above:\n")
+
+
+def test_live_prefix_reuse_after_another_answer(setting: Any, text: str) -> None:
+    s, _ = setting
+    prefix, full = _prompts(s, text)
+    cold = _cold(s, full)
+    s.reset()
+    s.prefill(prefix + s.tokenize("\n# something else\n"))
+    s.generate(max_tokens=8)  # generated tokens are resident too; they are not reused
+    r = s.prefill(full)
+    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity > 0
+    assert _logits_and_tokens(s) == cold
+
+
+def test_follow_up_after_the_answer(setting: Any, text: str) -> None:
+    s, _ = setting
+    prefix, _ = _prompts(s, text)
+    s.reset()
+    s.prefill(prefix)
+    answer = s.generate(max_tokens=12).tokens
+    follow = prefix + answer + s.tokenize("\n# and then:\n")
+    cold = _cold(s, follow)
+    s.reset()
+    s.prefill(prefix)
+    assert s.generate(max_tokens=12).tokens == answer
+    r = s.prefill(follow)
+    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity
+    assert _logits_and_tokens(s) == cold
+
+
+def test_branch_restore(setting: Any, text: str) -> None:
+    s, _ = setting
+    prefix, full = _prompts(s, text)
+    other = s.tokenize(text[2000:], add_bos=True)[: len(prefix) + 40]
+    cold = _cold(s, full)
+    s.reset()
+    s.prefill(prefix)
+    s.branch_save("a")
+    s.prefill(other)
+    r = s.prefill(full)
+    assert r.restored_branch == "a"
+    assert _logits_and_tokens(s) == cold
+    s.branch_drop("a")
+
+
+def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
+    s, _ = setting
+    prefix, full = _prompts(s, text)
+    cold = _cold(s, full)
+    s.reset()
+    s.prefill(prefix)
+    with tempfile.TemporaryDirectory() as tmp:
+        snap = Path(tmp) / "p.snap"
+        s.save_snapshot(snap)
+        # Something else is resident (and parked) when the snapshot comes back.
+        s.prefill(s.tokenize(text[4000:], add_bos=True)[:150])
+        s.branch_save("other")
+        s.prefill(s.tokenize(text[6000:], add_bos=True)[:90])
+        s.load_snapshot(snap)
+    assert s.resident_tokens == prefix
+    r = s.prefill(full)
+    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity
+    assert _logits_and_tokens(s) == cold
+    s.branch_drop("other")
+
+
+def test_resume_after_cancelled_prefill(setting: Any, text: str) -> None:
+    s, _ = setting
+    base = s.tokenize(text, add_bos=True)
+    toks = base[: s.profile.n_batch + 2 * s.reuse_granularity + 5]
+    cold = _cold(s, toks)
+    s.reset()
+    real = s._decode_fn
+    calls = {"n": 0}
+
+    def cancel_in_second_batch(ctx: Any, batch: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            s.cancel()
+        return int(real(ctx, batch))
+
+    s._decode_fn = cancel_in_second_batch
+    try:
+        with pytest.raises(CancelledError):
+            s.prefill(toks)
+    finally:
+        s._decode_fn = real
+    assert 0 < s.n_resident < len(toks)
+    r = s.prefill(toks)
+    assert r.reused_tokens > 0
+    assert _logits_and_tokens(s) == cold
+
