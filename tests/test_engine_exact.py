@@ -123,7 +123,9 @@ def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
         s.branch_save("other")
         s.prefill(s.tokenize(text[6000:], add_bos=True)[:90])
         s.load_snapshot(snap)
-    assert s.resident_tokens == prefix
+    # A snapshot holds whole chunks only: the partial last one is recomputed anyway.
+    whole = len(prefix) // s.reuse_granularity * s.reuse_granularity
+    assert s.resident_tokens == prefix[:whole]
     r = s.prefill(full)
     assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity
     assert _logits_and_tokens(s) == cold
@@ -156,3 +158,37 @@ def test_resume_after_cancelled_prefill(setting: Any, text: str) -> None:
     assert r.reused_tokens > 0
     assert _logits_and_tokens(s) == cold
 
+
+
+def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) -> None:
+    """Gemma 3's sliding-window layers: a parked branch keeps every cell of its window, so it
+    can be rolled back into; a snapshot (llama.cpp saves only the window) is extended as is."""
+    s = llama_session
+    n_swa = s._model.n_swa
+    assert n_swa > 0
+    unit = s.reuse_granularity
+    base = s.tokenize(text, add_bos=True)
+    prefix = base[: n_swa + 2 * unit + 7]  # ends inside a chunk: reuse rolls back 7 tokens
+    full = prefix + s.tokenize("\n# In one sentence, the code above:\n")
+    whole = len(prefix) // unit * unit
+    cold = _cold(s, full)
+
+    s.reset()
+    s.prefill(prefix)
+    s.branch_save("long")
+    s.prefill(base[:1] + base[900 : 900 + 200])
+    r = s.prefill(full)
+    assert (r.restored_branch, r.reused_tokens, r.miss_reason) == ("long", whole, None)
+    assert _logits_and_tokens(s) == cold
+    s.branch_drop("long")
+
+    s.reset()
+    s.prefill(prefix)
+    with tempfile.TemporaryDirectory() as tmp:
+        snap = Path(tmp) / "long.snap"
+        assert s.save_snapshot(snap).tokens == whole
+        s.prefill(base[:1] + base[900 : 900 + 200])
+        s.load_snapshot(snap)
+    r = s.prefill(full)
+    assert (r.reused_tokens, r.miss_reason) == (whole, None)
+    assert _logits_and_tokens(s) == cold
