@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.errors import ServerError
 from contenox_lsp.worker import Job
+from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
@@ -78,7 +79,14 @@ async def _load(rt: Runtime, store: Any, assembly: Any) -> dict[str, Any]:
         return {"loaded": False, "reason": "no compatible snapshot of this context"}
 
     def fn(session: Any, job: Job) -> Any:
-        return session.load_snapshot(str(entry.path))
+        # The file must hold the prefix its entry is keyed by (a swapped file is refused).
+        try:
+            return session.load_snapshot(
+                str(entry.path), expect_prefix=assembly.tokens[: entry.key.n_tokens]
+            )
+        except (SnapshotCorruptError, SnapshotIncompatibleError):
+            store.remove(entry.key)  # refused once, refused forever: do not offer it again
+            raise
 
     await rt.run_user_job(fn, "snapshot load")
     rt.prefetch.kick()

@@ -203,7 +203,7 @@ class WorkspaceTurn:
         snap = self.store.find_best(s.identity, asm) if snapshots else None
         if snap is not None and snap.key.n_tokens > live:
             try:
-                s.load_snapshot(snap.path)
+                s.load_snapshot(snap.path, expect_prefix=asm.tokens[: snap.key.n_tokens])
                 restored = snap.key.n_tokens
             except EngineError as exc:  # a bad file costs a cold prefill, never the answer
                 log.warning("ignoring snapshot %s: %s", snap.path, exc)

@@ -47,6 +47,9 @@ _TMP_PREFIX = ".tmp-"
 _INDEX_VERSION = 1
 _EVICTED_MEMORY = 256  # recently evicted prefix hashes kept for explain-context
 _STALE_TMP_S = 3600.0
+# The engine writes a snapshot into ``.<name>.<random>.tmp`` and holds an flock on it until the
+# rename (engine.snapshot_file): one nobody holds is a kill -9 leftover.
+_WRITER_TMP_SUFFIX = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -317,7 +320,11 @@ class SnapshotStore:
         owned = {e.path.name for e in index.entries.values()}
         now = time.time()
         for f in self.directory.iterdir():
-            if f.name.startswith(_TMP_PREFIX):
+            if f.name.startswith(".") and f.name.endswith(_WRITER_TMP_SUFFIX):
+                if _writer_gone(f):
+                    logger.info("removing %s, left by a snapshot writer that died", f)
+                    _unlink(f)
+            elif f.name.startswith(_TMP_PREFIX):
                 with contextlib.suppress(OSError):
                     if now - f.stat().st_mtime > _STALE_TMP_S:
                         _unlink(f)  # a writer that died long ago
@@ -388,3 +395,22 @@ def _atomic_write(path: Path, blob: bytes) -> None:
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+def _writer_gone(path: Path) -> bool:
+    """Whether no process holds the writer's lock on ``path`` (so it is safe to remove)."""
+    if fcntl is None:  # pragma: no cover - non-POSIX: fall back to age
+        with contextlib.suppress(OSError):
+            return time.time() - path.stat().st_mtime > _STALE_TMP_S
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live writer holds it
+    finally:
+        os.close(fd)
+    return True

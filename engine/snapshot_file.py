@@ -11,6 +11,7 @@ header before a caller touches any model state; writes are atomic (temp file + r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ MAGIC = b"CNXSNAP1"
 _LEN = struct.Struct("<I")
 _DIGEST_LEN = 32
 FORMAT_VERSION = 1
+#: Temp files are ``.<name>.<random>.tmp`` beside the target, flock-ed while written.
+TEMP_SUFFIX = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,20 @@ def write_snapshot(path: Path, payload: SnapshotPayload) -> int:
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
     h = hashlib.sha256()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as f:
+            # Held until the rename: a store sweep that can lock a temp file knows its writer
+            # is gone (killed mid-save) and removes it (contextasm.store).
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             for part in (MAGIC, _LEN.pack(len(header_bytes)), header_bytes, payload.state):
                 f.write(part)
                 h.update(part)
             f.write(h.digest())
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

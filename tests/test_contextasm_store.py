@@ -232,3 +232,37 @@ def test_explain_marks_evicted_prefixes(tmp_path: Path, gemma: LlamaVocabTokeniz
     last_h = asm.segments_of(SegmentKind.DIAGNOSTICS)[-1].label
     assert by_label[last_h] == "evicted"
     assert by_label["system"] == "new" and by_label["user"] == "new"
+
+
+def test_temp_file_of_a_killed_writer_is_swept_and_a_live_one_kept(tmp_path: Path):
+    """A snapshot writer killed with SIGKILL mid-save leaves its flock-ed temp file behind;
+    the next store access removes it, while a writer still running keeps its file."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    # The engine's writer (engine.snapshot_file.write_snapshot), stopped mid-write.
+    child = textwrap.dedent(f"""
+        import fcntl, os, sys, tempfile, time
+        fd, tmp = tempfile.mkstemp(dir={str(tmp_path)!r}, prefix=".x.snap.", suffix=".tmp")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"half a snapshot")
+        print(tmp, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        leftover = Path(proc.stdout.readline().strip())
+        assert leftover.is_file()
+        store = SnapshotStore(tmp_path, 1 << 20)
+        store.entries()  # a store access sweeps
+        assert leftover.is_file(), "a live writer's temp file must be kept"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        store.entries()
+        assert not leftover.exists()
+    finally:
+        proc.kill()
+        proc.wait(30)

@@ -227,10 +227,13 @@ def test_decode_status_maps_to_error_and_session_recovers(
     assert err.value.data["status"] == status  # type: ignore[attr-defined]
     if status < -1:
         assert s.n_resident == 0  # context freed; rebuilt on the next request
+    elif status == -1:
+        # A batch llama.cpp rejects means its state and ours disagree: start clean.
+        assert s.n_resident == 0
     else:
         assert s.resident_tokens == toks[: 2 * chunk(s)]  # rolled back to the committed prefix
     r = s.prefill(toks)
-    assert r.reused_tokens == (0 if status < -1 else 2 * chunk(s))
+    assert r.reused_tokens == (0 if status <= -1 else 2 * chunk(s))
     warm = s.generate(max_tokens=N_GEN).tokens
     assert warm == cold_tokens(s, toks)
 
@@ -434,3 +437,47 @@ def test_swa_append_still_reuses(swa_session: Any, text: str) -> None:
     r = s.prefill(full)
     assert r.reused_tokens == len(toks)
     assert s.generate(max_tokens=N_GEN).tokens == cold_tokens(s, full)
+
+
+def test_forged_snapshot_is_refused_before_it_can_poison_the_session(
+    s: Any, text: str, tmp_path: Path
+) -> None:
+    """A valid checksum over another prefix's KV under this prefix's tokens is refused: the
+    state's positions must match the header's token list."""
+    a = prompt(s, text, 4 * chunk(s))
+    b = prompt(s, text[4000:], 2 * chunk(s))
+    s.reset()
+    s.prefill(a)
+    snap_a, snap_b = tmp_path / "a.snap", tmp_path / "b.snap"
+    s.save_snapshot(snap_a)
+    s.prefill(b)
+    s.save_snapshot(snap_b)
+    forged = dataclasses.replace(read_snapshot(snap_a), state=read_snapshot(snap_b).state)
+    write_snapshot(snap_a, forged)
+    before = s.resident_tokens
+    with pytest.raises(SnapshotCorruptError) as err:
+        s.load_snapshot(snap_a)
+    assert err.value.data["reason"] == "state does not match its tokens"
+    assert s.resident_tokens == before
+    assert s.prefill(a).reused_tokens == 0  # a and b share only BOS
+    assert s.generate(max_tokens=N_GEN).tokens == cold_tokens(s, a)
+
+
+def test_snapshot_of_another_prefix_than_expected_is_refused(
+    s: Any, text: str, tmp_path: Path
+) -> None:
+    """A store entry keyed by one prefix whose file holds another (files swapped on disk)."""
+    a = prompt(s, text, 3 * chunk(s))
+    s.reset()
+    s.prefill(a)
+    snap = tmp_path / "a.snap"
+    s.save_snapshot(snap)
+    other = prompt(s, text[2000:], 3 * chunk(s))
+    s.prefill(other)
+    before = s.resident_tokens
+    with pytest.raises(SnapshotIncompatibleError) as err:
+        s.load_snapshot(snap, expect_prefix=other[: 2 * chunk(s)])
+    assert err.value.data["field"] == "tokens"
+    assert s.resident_tokens == before
+    loaded = s.load_snapshot(snap, expect_prefix=a[: 2 * chunk(s)])
+    assert loaded.tokens == len(a) and s.resident_tokens == a

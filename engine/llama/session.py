@@ -468,6 +468,15 @@ class LlamaSession(SessionBase):
             raise DecodeFatalError(
                 f"llama_decode failed fatally ({status}); the context will be rebuilt", **data
             )
+        if status == -1:
+            # llama.cpp rejected a batch we built from its own resident state: that state and
+            # our token list disagree (a forged snapshot, say). Only an empty sequence is safe.
+            self._clear_live()
+            data["committed_tokens"] = 0
+            raise InvalidBatchError(
+                "llama_decode rejected the batch as invalid; the live sequence was cleared",
+                **data,
+            )
         # Partial micro-batches may remain in KV (status 2): cut back to what we committed.
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, committed, -1)
         self._exact_tokens = min(self._exact_tokens, committed)
@@ -475,8 +484,6 @@ class LlamaSession(SessionBase):
             raise CancelledError(f"{stage} cancelled", **data)
         if status == 1:
             raise NoKvSlotError("no free KV slot for the batch (context full)", **data)
-        if status == -1:
-            raise InvalidBatchError("llama_decode rejected the batch as invalid", **data)
         raise DecodeFailedError(f"llama_decode returned unknown status {status}", **data)
 
     def _go_fatal(self, reason: str) -> None:
@@ -608,11 +615,15 @@ class LlamaSession(SessionBase):
             self.metrics.last_snapshot_save = result
             return result
 
-    def load_snapshot(self, path: str | Path) -> SnapshotResult:
+    def load_snapshot(
+        self, path: str | Path, expect_prefix: Sequence[int] | None = None
+    ) -> SnapshotResult:
         """Restore a snapshot into the live sequence.
 
-        Checksum, header and identity are verified before the context is touched; the state is
-        loaded into a spare sequence first, so a rejected state leaves the live one as it was.
+        Checksum, header, identity and (given ``expect_prefix``, the tokens the caller's store
+        entry is keyed by) the token list are verified before the context is touched; the state
+        is loaded into a spare sequence first and must hold exactly the header's positions, so
+        a rejected state leaves the live one as it was.
         """
         with self._exclusive("load_snapshot"):
             t0 = time.perf_counter()
@@ -632,6 +643,15 @@ class LlamaSession(SessionBase):
                     path=str(path),
                     field="n_tokens",
                 )
+            if expect_prefix is not None and (
+                len(payload.tokens) < len(expect_prefix)
+                or payload.tokens[: len(expect_prefix)] != list(expect_prefix)
+            ):
+                raise SnapshotIncompatibleError(
+                    f"snapshot {path} holds another prefix than the one it is stored for",
+                    path=str(path),
+                    field="tokens",
+                )
             self._ensure_context()
             self._flush_copies()
             spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ
@@ -644,15 +664,18 @@ class LlamaSession(SessionBase):
             read = int(
                 llama_cpp.llama_state_seq_set_data(self._ctx, arr, len(payload.state), target)
             )
-            if read == 0:
+            last = int(llama_cpp.llama_memory_seq_pos_max(self._mem, target))
+            if read == 0 or last != len(payload.tokens) - 1:
                 llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
                 if target == MAIN_SEQ:
                     self._tokens = []
                     self._exact_tokens = 0
                 raise SnapshotCorruptError(
-                    f"llama.cpp rejected the state in {path}",
+                    f"llama.cpp rejected the state in {path}" if read == 0 else
+                    f"the state in {path} ends at position {last}, its header holds "
+                    f"{len(payload.tokens)} tokens",
                     path=str(path),
-                    reason="state rejected",
+                    reason="state rejected" if read == 0 else "state does not match its tokens",
                 )
             if target != MAIN_SEQ:
                 # Accepted: now load it into the live sequence itself, which writes the cells
@@ -678,6 +701,7 @@ class LlamaSession(SessionBase):
             )
             self.metrics.last_snapshot_load = result
             return result
+
 
     def _snapshot_exact_tokens(self, payload: SnapshotPayload) -> int:
         """How much of a loaded snapshot counts as computed in whole chunks (0 if unknown)."""

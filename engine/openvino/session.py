@@ -587,7 +587,9 @@ class OpenVinoSession(SessionBase):
     def save_snapshot(self, path: str | Path) -> SnapshotResult:
         raise self._unsupported("snapshots")
 
-    def load_snapshot(self, path: str | Path) -> SnapshotResult:
+    def load_snapshot(
+        self, path: str | Path, expect_prefix: Sequence[int] | None = None
+    ) -> SnapshotResult:
         raise self._unsupported("snapshots")
 
     def branch_save(self, name: str) -> BranchInfo:
