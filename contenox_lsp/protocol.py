@@ -69,6 +69,13 @@ def negotiate_encoding(capabilities: types.ClientCapabilities) -> str:
 
 
 class ContenoxProtocol(LanguageServerProtocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # LSP: initialize is sent once; a second one must not re-root the workspace, and a
+        # second initialized must not start a second runtime (and load a second model).
+        self._initialize_seen = False
+        self._initialized_seen = False
+
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(
         self, params: types.InitializeParams
@@ -100,6 +107,17 @@ class ContenoxProtocol(LanguageServerProtocol):
             self._send_response(message.id, None, bad.to_response_error())
             return
         method = getattr(message, "method", None)
+        if method == types.INITIALIZE and hasattr(message, "id"):
+            if self._initialize_seen:
+                err = JsonRpcInvalidRequest(message="initialize may be sent only once")
+                self._send_response(message.id, None, err.to_response_error())
+                return
+            self._initialize_seen = True
+        if method == types.INITIALIZED:
+            if self._initialized_seen:
+                logger.warning("ignoring a second 'initialized' notification")
+                return
+            self._initialized_seen = True
         if self._shutdown and method != types.EXIT and hasattr(message, "id") and method:
             err = JsonRpcInvalidRequest(message="The server is shutting down")
             self._send_response(message.id, None, err.to_response_error())

@@ -59,7 +59,9 @@ def register(server: ContenoxServer) -> None:
         uri = P.text_document_uri(p, "params", required=False)
         pos = P.opt_position(p, "position", "params")
         question = P.opt_str(p, "question", "params") or ""
-        include_text = p.get("includeText", False)
+        include_text = p.get("includeText")
+        if include_text is None:  # every field may be null (PROTOCOL.md)
+            include_text = False
         if not isinstance(include_text, bool):
             raise P.invalid("params.includeText must be a boolean")
         path = ls.checked_path(uri) if uri else None

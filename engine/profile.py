@@ -436,6 +436,14 @@ class Profile:
         return bool(self.values["cache.exact_reuse"])
 
     @property
+    def llama_block_size(self) -> int:
+        """The block the assembler pads to on the llama backend (its identity's block_size):
+        ``cache.block_size``, or the exact-reuse chunk (``n_ubatch``) when that is left at 1."""
+        if self.block_size > 1 or not self.exact_reuse:
+            return self.block_size
+        return int(self.values["context.n_ubatch"])
+
+    @property
     def swa_full(self) -> bool:
         return bool(self.values["context.swa_full"])
 

@@ -443,3 +443,25 @@ def test_rebuilt_server_prompt_pads_the_stable_region_to_whole_blocks() -> None:
     assert padded[stable:32] == [ord("\n")] * (32 - stable)  # after F, before the user turn
     assert padded[32:] == plain[stable:]
     assert contenox_order(segs, tok, 2, OPEN, CLOSE, block_size=1) == plain
+
+
+def test_rebuilt_server_prompt_pads_before_the_user_turn_too() -> None:
+    """With a diff between the stable region and the user turn, the assembler also pads the
+    diff's end to a whole block (the idle pre-prefill ends there); so must the rebuild."""
+    segs = [
+        {"kind": "system", "text": OPEN + "SYSTEM\n\n"},
+        {"kind": "diff", "text": "DIFF\n\n"},
+        {"kind": "user", "text": "Question: why?" + CLOSE},
+    ]
+
+    def tok(text: str, special: bool) -> list[int]:
+        return [-1] if special else [ord(c) for c in text]
+
+    plain = contenox_order(segs, tok, 2, OPEN, CLOSE)
+    padded = contenox_order(segs, tok, 2, OPEN, CLOSE, block_size=16)
+    stable = 1 + 1 + len("SYSTEM\n\n")
+    assert padded[:stable] == plain[:stable]
+    assert padded[stable:16] == [ord("\n")] * (16 - stable)
+    assert padded[16 : 16 + len("DIFF\n\n")] == [ord(c) for c in "DIFF\n\n"]
+    assert padded[16 + len("DIFF\n\n") : 32] == [ord("\n")] * (16 - len("DIFF\n\n"))
+    assert padded[32:] == plain[stable + len("DIFF\n\n") :]

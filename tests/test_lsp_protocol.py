@@ -17,6 +17,7 @@ from lsprotocol import types
 from pygls.exceptions import (
     JsonRpcException,
     JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
     JsonRpcMethodNotFound,
 )
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -147,6 +148,31 @@ async def test_requests_may_omit_params(nvim: LanguageClient) -> None:
             assert result["state"] in {"cold", "warming", "warm", "busy", "error"}
     status = await request(nvim, "contenox/status", None)
     assert status["state"] in {"cold", "warming", "warm", "busy", "error"}
+
+
+async def test_explain_context_fields_may_be_null(nvim: LanguageClient) -> None:
+    params = {"textDocument": None, "position": None, "question": None, "includeText": None}
+    result = await request(nvim, "contenox/explainContext", params, timeout=600)
+    assert result["segments"]
+    assert all("text" not in seg for seg in result["segments"])  # null = the default (false)
+
+
+async def test_second_initialize_is_an_invalid_request(
+    nvim: LanguageClient, tmp_path: Path
+) -> None:
+    """LSP allows one initialize: a second one must not re-root the workspace."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.py").write_text("TOKEN = 1\n", encoding="utf-8")
+    params = {"processId": None, "rootUri": elsewhere.as_uri(), "capabilities": {},
+              "workspaceFolders": [{"uri": elsewhere.as_uri(), "name": "elsewhere"}]}
+    with pytest.raises(JsonRpcInvalidRequest) as info:
+        await raw_request(nvim, "initialize", params, timeout=30)
+    assert info.value.code == -32600
+    with pytest.raises(JsonRpcInvalidParams):  # still outside the (first) workspace
+        await request(nvim, "contenox/pin", {"uri": (elsewhere / "secret.py").as_uri()},
+                      timeout=30)
+    assert (await request(nvim, "contenox/status", None))["state"]
 
 
 async def test_unknown_method_is_method_not_found(nvim: LanguageClient) -> None:

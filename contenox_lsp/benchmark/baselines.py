@@ -57,12 +57,16 @@ def _split_marker(text: str, marker: str, at_start: bool) -> tuple[str, str]:
 def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open: str,
                    fmt_close: str, block_size: int = 1) -> list[int]:
     """The server's prompt: segments in order, markers special, content plain; with
-    ``block_size`` > 1 the stable region (BOS and segments A–F) padded with newline tokens to a
-    whole number of blocks, as the assembler does (the padding is in no segment's text)."""
+    ``block_size`` > 1 the stable region (BOS and segments A–F) and, when diff or output
+    segments follow it, everything before the user turn padded with newline tokens to a whole
+    number of blocks, as the assembler does (the padding is in no segment's text)."""
     out: list[int] = [] if bos is None else [bos]
     stable = {k.value for k in STABLE_KINDS}
     last_stable = max((i for i, seg in enumerate(segments) if seg.get("kind") in stable),
                       default=-1)
+    last_volatile = max((i for i, seg in enumerate(segments)
+                         if seg.get("kind") not in stable and seg.get("kind") != "user"),
+                        default=-1)
     for i, seg in enumerate(segments):
         text = seg["text"]
         if i == 0:
@@ -73,7 +77,7 @@ def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open:
             out += tok(body, False) + (tok(marker, True) if marker else [])
         else:
             out += tok(text, False)
-        if i == last_stable:
+        if i in (last_stable, last_volatile):
             out += tok("\n", False) * padding_for(len(out), block_size)
     return out
 

@@ -122,7 +122,7 @@ def _llama_baselines(profile: Any, segs: list[Any], questions: list[str], max_to
     """c: a bare llama.cpp context per ask; d: llama-cpp-python's ``Llama``."""
     from engine.model_files import resolve_model_path
 
-    block = int(profile.block_size)
+    block = profile.llama_block_size  # what the server's assembler padded to
     model_path = str(resolve_model_path(profile))
     bare_model = BareModel(model_path, profile)
     try:
@@ -143,10 +143,10 @@ def _llama_baselines(profile: Any, segs: list[Any], questions: list[str], max_to
 def _session_baselines(profile: Any, segs: list[Any], questions: list[str], max_tokens: int,
                        progress: Progress) -> Baselines:
     """c and d on an engine session of the profile's own backend (its tokenizer too)."""
-    block = int(profile.block_size)
     from engine import open_session
 
     with open_session(profile) as session:
+        block = session.identity.block_size  # what the server's assembler padded to
         tok = baselines.session_tokenize(session)
         bos = baselines.session_bos(session, profile)
         c_prompts = [baselines.contenox_order(x, tok, bos, GEMMA_OPEN, GEMMA_CLOSE, block)

@@ -147,15 +147,13 @@ class LlamaSession(SessionBase):
     def _identity_block_size(self, profile: Profile) -> int:
         """The assembler pads the stable region to this: whole chunks under exact reuse, so a
         stable prefix is reused to its last token (as OpenVINO's KV blocks do)."""
-        if profile.block_size > 1 or self._chunk == 1:
-            if profile.block_size % self._chunk:
-                log.warning(
-                    "cache.block_size = %d is not a multiple of context.n_ubatch (%d): a stable "
-                    "prefix that ends inside a chunk is reused only up to the chunk before it",
-                    profile.block_size, self._chunk,
-                )
-            return profile.block_size
-        return self._chunk
+        if profile.llama_block_size % self._chunk:
+            log.warning(
+                "cache.block_size = %d is not a multiple of context.n_ubatch (%d): a stable "
+                "prefix that ends inside a chunk is reused only up to the chunk before it",
+                profile.block_size, self._chunk,
+            )
+        return profile.llama_block_size
 
     # ----------------------------------------------------------------- lifecycle
 
