@@ -700,7 +700,6 @@ class LlamaSession(SessionBase):
             self.metrics.last_snapshot_load = result
             return result
 
-
     def _snapshot_exact_tokens(self, payload: SnapshotPayload) -> int:
         """How much of a loaded snapshot counts as computed in whole chunks (0 if unknown)."""
         if not self._exact:
