@@ -544,12 +544,11 @@ def _finish(
     last_stable = max((i for i, (s, _) in enumerate(kept) if s.kind in STABLE_KINDS), default=-1)
     # The volatile segments (diff, outputs) are padded too, so the idle pre-prefill of
     # everything before the user turn ends on a block boundary and is reused to its end.
-    volatile_len = sum(len(v.tokens) for s, v in kept
-                       if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER)
+    volatile = [i for i, (s, _) in enumerate(kept)
+                if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER]
+    volatile_len = sum(len(kept[i][1].tokens) for i in volatile)
     pad_user = padding_for(stable_len + pad + volatile_len, block_size) if volatile_len else 0
-    last_volatile = max((i for i, (s, _) in enumerate(kept)
-                         if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER),
-                        default=-1)
+    last_volatile = volatile[-1] if volatile else -1
     newline = (builder.newline_token(),) if pad or pad_user else ()
 
     digest = identity.digest()

@@ -59,6 +59,11 @@ def _cold(s: Any, toks: list[int]) -> tuple[bytes, list[int]]:
     return _logits_and_tokens(s)
 
 
+def _whole(s: Any, n: int) -> int:
+    """Of ``n`` matching resident tokens, what exact reuse keeps: whole chunks."""
+    return n // s.reuse_granularity * s.reuse_granularity
+
+
 def _prompts(s: Any, text: str) -> tuple[list[int], list[int]]:
     """A prefix that ends inside a chunk (the hard case) and the full prompt after it."""
     base = s.tokenize(text, add_bos=True)
@@ -74,7 +79,7 @@ def test_live_prefix_reuse_after_another_answer(setting: Any, text: str) -> None
     s.prefill(prefix + s.tokenize("\n# something else\n"))
     s.generate(max_tokens=8)  # generated tokens are resident too; they are not reused
     r = s.prefill(full)
-    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity > 0
+    assert r.reused_tokens == _whole(s, len(prefix)) > 0
     assert _logits_and_tokens(s) == cold
 
 
@@ -90,7 +95,7 @@ def test_follow_up_after_the_answer(setting: Any, text: str) -> None:
     s.prefill(prefix)
     assert s.generate(max_tokens=12).tokens == answer
     r = s.prefill(follow)
-    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity
+    assert r.reused_tokens == _whole(s, len(prefix))
     assert _logits_and_tokens(s) == cold
 
 
@@ -124,10 +129,10 @@ def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
         s.prefill(s.tokenize(text[6000:], add_bos=True)[:90])
         s.load_snapshot(snap)
     # A snapshot holds whole chunks only: the partial last one is recomputed anyway.
-    whole = len(prefix) // s.reuse_granularity * s.reuse_granularity
+    whole = _whole(s, len(prefix))
     assert s.resident_tokens == prefix[:whole]
     r = s.prefill(full)
-    assert r.reused_tokens == len(prefix) // s.reuse_granularity * s.reuse_granularity
+    assert r.reused_tokens == whole
     assert _logits_and_tokens(s) == cold
     s.branch_drop("other")
 
@@ -170,7 +175,7 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     base = s.tokenize(text, add_bos=True)
     prefix = base[: n_swa + 2 * unit + 7]  # ends inside a chunk: reuse rolls back 7 tokens
     full = prefix + s.tokenize("\n# In one sentence, the code above:\n")
-    whole = len(prefix) // unit * unit
+    whole = _whole(s, len(prefix))
     cold = _cold(s, full)
 
     s.reset()

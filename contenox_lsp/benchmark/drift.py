@@ -24,7 +24,6 @@ from contenox_lsp.benchmark.progress import Progress
 from engine import CancelledError, Session, open_session
 from engine.profile import Profile
 
-PATHS = ("live prefix", "follow-up", "branch", "snapshot", "cancel resume")
 MODES = (("exact reuse", True), ("token-granular", False))
 TEXT_FILES = ("json/decoder.py", "textwrap.py")
 
@@ -166,3 +165,4 @@ _PATHS: dict[str, Callable[..., Warm]] = {
     "snapshot": _snapshot,
     "cancel resume": _cancel,
 }
+PATHS = tuple(_PATHS)

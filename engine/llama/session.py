@@ -15,8 +15,8 @@ rounding, depends on the micro-batch it is in and on the KV cell layout), so:
 - only whole chunks are reused; a partial last chunk, and anything decoded token by token
   (generated tokens), is recomputed as part of the next prompt's chunk;
 - every sequence has its own KV stream, so the live sequence sits at cells ``0..n-1`` in
-  position order, as after a cold prefill; branches and snapshots are moved in and out with
-  the sequence-state copy, which keeps that layout.
+  position order, as after a cold prefill; branches are whole-stream copies (every cell of the
+  sliding window kept) and snapshots are loaded into the live stream itself.
 
 Without it (``exact_reuse = false``) reuse is token-granular on one KV pool that parked
 branches share with the live sequence: cheaper, but warm output may drift from cold.
