@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from contenox_lsp import __version__
+from contenox_lsp.errors import InputError
+from contenox_lsp.options import add_server_arguments, options_from_args
+from engine import EngineError
 
 log = logging.getLogger("contenox")
 
@@ -39,9 +42,10 @@ def _add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
     keep: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument(
         "--log-level",
-        **({"default": "warning"} if top else keep),
+        **({"default": None} if top else keep),
         choices=["debug", "info", "warning", "error"],
-        help="stderr log level, llama.cpp's own log included (default: warning)",
+        help="stderr log level, llama.cpp's own log included (default: info for the server, "
+        "warning for the other commands)",
     )
     p.add_argument(
         "--profile", metavar="FILE", help="profile TOML (default: built-in embedded model)", **keep
@@ -105,14 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(show)
     show.add_argument("--json", action="store_true")
 
-    from engine.openvino.convert import add_model_cli
-
-    add_model_cli(sub)
+    _add_model_parser(sub)
 
     bench = sub.add_parser("bench", help="measure the warm session against the baselines")
     _add_common(bench)
     bench.add_argument("--workspace", metavar="DIR", help="repository for the edit-trace replay")
-    bench.add_argument("--out", metavar="DIR", default="bench/out", help="report folder")
+    bench.add_argument("--out", metavar="DIR", default="bench-out", help="report folder")
     size = bench.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small sizes, about 5 minutes")
     size.add_argument("--full", action="store_true", help="adds 8k and 16k suffix points")
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
+    add_server_arguments(serve)
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
     # vscode-languageclient and others append --stdio; it is the default, accept it.
     for p in (parser, serve):
@@ -131,6 +134,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
     return parser
+
+
+def _add_model_parser(sub: Any) -> None:
+    from engine.openvino.convert import WEIGHT_FORMATS
+
+    model = sub.add_parser("model", help="model files: conversion")
+    model_sub = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    conv = model_sub.add_parser(
+        "convert", help="convert a GGUF file or HF folder for another backend"
+    )
+    conv.add_argument("--to", choices=["openvino"], required=True, help="target backend")
+    conv.add_argument(
+        "--weight-format",
+        choices=list(WEIGHT_FORMATS),
+        default="int8",
+        help="weight compression (default int8; int4 is visibly degraded on small models)",
+    )
+    conv.add_argument("src", help="a .gguf file, a HF model folder, or 'embedded:gemma3-270m'")
+    conv.add_argument(
+        "out",
+        nargs="?",
+        default=None,
+        help="output folder (replaced if it exists); omitted: the cache entry that a profile "
+        "with an empty openvino.model_dir loads (kept if it is already there)",
+    )
 
 
 def _load_profile(args: argparse.Namespace) -> Any:
@@ -142,10 +170,8 @@ def _load_profile(args: argparse.Namespace) -> Any:
     return profile
 
 
-def _print_error(exc: Exception, as_json: bool) -> None:
-    from engine import EngineError
-
-    if isinstance(exc, EngineError):
+def _print_error(exc: EngineError | InputError, as_json: bool) -> None:
+    if isinstance(exc, EngineError | InputError):
         if as_json:
             print(json.dumps({"error": exc.to_dict()}, indent=2))
         print(f"contenox-lsp: error [{exc.code}]: {exc.message}", file=sys.stderr)
@@ -230,19 +256,12 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
     turn = _turn_request(args, root, args.question)
     with open_session(_load_profile(args)) as session:
         ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens)
-        asm, exp, source = ws.explain(turn)
-        identity = session.identity
+        if args.json:
+            # The server's contenox/explainContext document, plus the folder it describes.
+            doc = {"workspace": str(root), **ws.explain_view(turn)}
+        else:
+            _, exp, _ = ws.explain(turn)
     if args.json:
-        doc = {
-            "workspace": str(root),
-            "profileId": identity.profile_id,
-            "backend": identity.backend,
-            "nCtx": identity.n_ctx,
-            "cachedFrom": source,
-            "userStart": asm.user_start,
-            "stableEnd": asm.stable_end,
-            **exp.to_dict(),
-        }
         print(json.dumps(doc, indent=2))
     else:
         print(format_explain_table(exp.rows, exp.totals))
@@ -250,30 +269,57 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from contenox_lsp.benchmark import run_bench
+    from contenox_bench import run_bench
 
     return run_bench(args)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from contenox_lsp import server
+    from contenox_lsp import app
 
-    if args.tcp:
-        server.run_tcp(args.host, args.port, args)
+    options = options_from_args(args)
+    if getattr(args, "tcp", False):
+        app.run_tcp(args.host, args.port, options)
     else:
-        server.run_stdio(args)
+        app.run_stdio(options)
+    return EXIT_OK
+
+
+def cmd_model_convert(args: argparse.Namespace) -> int:
+    """``model convert``: one status line to stderr, stdout stays empty."""
+    import time
+    from pathlib import Path
+
+    from engine.model_files import resolve_model_path
+    from engine.openvino.convert import convert_quietly
+    from engine.profile import EMBEDDED_MODEL, default_profile
+
+    src_arg = str(args.src)
+    src = resolve_model_path(default_profile()) if src_arg == EMBEDDED_MODEL else Path(src_arg)
+    t0 = time.perf_counter()
+    try:
+        out = convert_quietly(src, None if args.out is None else Path(args.out),
+                              args.weight_format)
+    except ImportError as exc:
+        print(f"contenox-lsp: error: conversion needs the 'convert' extra ({exc.name} missing)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"converted {src} → {out} ({args.weight_format}, {size / 1e6:.0f} MB, "
+          f"{time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _setup_logging(args.log_level)
-    from engine import EngineError
-
+    serving = args.command in (None, "serve")
+    if args.log_level is None and not serving:
+        args.log_level = "warning"
+    if not serving:
+        _setup_logging(args.log_level)
     try:
         if args.command is None:
-            args.tcp = False
             return cmd_serve(args)
         if args.command == "ask":
             return cmd_ask(args)
@@ -286,10 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             return cmd_bench(args)
         if args.command == "model":
-            from engine.openvino.convert import run as run_model_convert
-
-            return run_model_convert(args)
-    except EngineError as exc:
+            return cmd_model_convert(args)
+    except (EngineError, InputError) as exc:
         _print_error(exc, getattr(args, "json", False))
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -3,7 +3,7 @@
 All repo-index access and all assembly run on a single dedicated thread, in submission order:
 edits are applied to the index in the order they arrived, and the index is never read while
 it is being updated. Editor state (open buffers, pins) is captured on the event loop first
-(``BufferState``) because pygls's workspace is not thread-safe.
+(``turn.WorkspaceState``) because pygls's workspace is not thread-safe.
 """
 
 from __future__ import annotations
@@ -12,43 +12,17 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from engine.model_files import cache_dir
+from repo_index import RepoIndex
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TurnSpec:
-    """The user turn (segment I) and request-specific output (segment H)."""
-
-    question: str = ""
-    path: Path | None = None
-    selection: str | None = None
-    cursor_context: str | None = None
-    line: int | None = None  # 1-based
-    outputs: tuple[tuple[str, str, str], ...] = ()  # (kind, source, text)
-
-
-@dataclass(frozen=True)
-class PinState:
-    path: Path
-    start_line: int | None  # 0-based inclusive, None = whole file
-    end_line: int | None
-    text: str | None  # buffer text when the file is open; None → read from disk
-
-
-@dataclass(frozen=True)
-class BufferState:
-    """Editor state captured on the event loop, handed to the context thread."""
-
-    open_buffers: dict[Path, str] = field(default_factory=dict)
-    pins: tuple[PinState, ...] = ()
-    focus_files: tuple[Path, ...] = ()
-
-
 ProgressFn = Callable[[int, int, str], None]
+T = TypeVar("T")
 
 
 class ContextService:
@@ -56,7 +30,7 @@ class ContextService:
         self.roots = list(roots)
         self.repo_map_tokens = repo_map_tokens
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "contenox-context")
-        self.index: Any = None
+        self.index: RepoIndex | None = None
         self.index_state = "idle"  # idle | building | ready | error
         self.index_error: str | None = None
         self.index_files = 0
@@ -78,16 +52,9 @@ class ContextService:
     def _build(self, progress: ProgressFn | None) -> None:
         self.index_state = "building"
         try:
-            from repo_index import RepoIndex
-
-            cb = None
-            if progress is not None:
-                def cb(*args: Any) -> None:
-                    _forward_progress(progress, args)
-            from engine.model_files import cache_dir
-
             # Beside the CLI's (same key per folder), under $CONTENOX_CACHE_DIR when set.
-            index = RepoIndex(self.roots, cache_dir=cache_dir() / "repo-index", on_progress=cb)
+            index = RepoIndex(self.roots, cache_dir=cache_dir() / "repo-index",
+                              on_progress=progress)
             index.build()
         except Exception as exc:
             self.index_state = "error"
@@ -96,10 +63,10 @@ class ContextService:
             return
         self.index = index
         self.index_state = "ready"
-        self.index_files = _count_files(index)
+        self.index_files = len(index.files())
 
     def update(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
-               encoding: str) -> concurrent.futures.Future[Any]:
+               encoding: str = "utf-16") -> concurrent.futures.Future[Any]:
         return self._post(self._update, path, text, edits, encoding)
 
     def _update(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
@@ -134,17 +101,18 @@ class ContextService:
         if index is None:
             return
         # An ignore file (.gitignore, ...) changed: which files are indexed may differ.
-        if getattr(index, "rescan_needed", False):
+        if index.rescan_needed:
             index.build()
-        self.index_files = _count_files(index)
+        self.index_files = len(index.files())
 
     async def set_roots(self, roots: list[Path], progress: ProgressFn | None = None) -> None:
         self.roots = list(roots)
         await self.build_index(progress)
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(self, *args)`` on the context thread (assembly, repo-map queries)."""
-        return await self._run(fn, self, *args)
+    async def call(self, fn: Callable[[ContextService], T]) -> T:
+        """Run ``fn(self)`` on the context thread (assembly, token counts)."""
+        result: T = await self._run(fn, self)
+        return result
 
     def close(self, wait: bool = False) -> None:
         self._executor.shutdown(wait=wait, cancel_futures=True)
@@ -154,34 +122,6 @@ class ContextService:
                 self.index.save()
             except Exception:
                 logger.warning("could not save the repo index cache", exc_info=True)
-
-
-def _forward_progress(progress: ProgressFn, args: tuple[Any, ...]) -> None:
-    """Adapt repo_index's on_progress payload (done, total[, message]) or an event object."""
-    try:
-        if len(args) >= 2 and isinstance(args[0], int) and isinstance(args[1], int):
-            msg = str(args[2]) if len(args) > 2 else ""
-            progress(args[0], args[1], msg)
-            return
-        if len(args) == 1:
-            ev = args[0]
-            done = int(getattr(ev, "done", 0) or 0)
-            total = int(getattr(ev, "total", 0) or 0)
-            progress(done, total, str(getattr(ev, "message", "") or ""))
-    except Exception:
-        logger.debug("index progress forwarding failed", exc_info=True)
-
-
-def _count_files(index: Any) -> int:
-    for attr in ("file_count", "n_files"):
-        v = getattr(index, attr, None)
-        if isinstance(v, int):
-            return v
-    files = getattr(index, "files", None)
-    try:
-        return len(files() if callable(files) else files)  # type: ignore[arg-type]
-    except TypeError:
-        return 0
 
 
 def _log_failure(fut: concurrent.futures.Future[Any]) -> None:

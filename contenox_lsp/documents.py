@@ -1,4 +1,4 @@
-"""Open documents: text of a path (buffer if open, else disk), ranges, unsaved buffers.
+"""Open documents: the buffer of a path, exact client ranges, incremental changes.
 
 The document store itself is pygls's ``Workspace`` (incremental sync, position codec); this
 module only adds the lookups the context assembly needs.
@@ -16,10 +16,6 @@ from pygls.workspace import TextDocument, Workspace
 
 logger = logging.getLogger(__name__)
 
-#: Files larger than this are not read from disk for prompts.
-MAX_FILE_BYTES = 1_000_000
-
-
 def open_document(ws: Workspace, path: Path) -> TextDocument | None:
     """The open document for ``path``, matched by resolved path (URIs may differ in form)."""
     for doc in ws.text_documents.values():
@@ -29,52 +25,6 @@ def open_document(ws: Workspace, path: Path) -> TextDocument | None:
         except OSError:
             continue
     return None
-
-
-def read_disk(path: Path) -> str | None:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\0" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
-def text_of(ws: Workspace, path: Path) -> str | None:
-    """Current text of ``path``: the editor buffer when open, otherwise the file on disk."""
-    doc = open_document(ws, path)
-    if doc is not None:
-        return doc.source
-    return read_disk(path)
-
-
-def unsaved_buffers(ws: Workspace, roots: list[Path]) -> dict[Path, str]:
-    """Open buffers (inside the workspace) whose text differs from the file on disk."""
-    out: dict[Path, str] = {}
-    for doc in ws.text_documents.values():
-        try:
-            path = Path(doc.path).resolve()
-        except OSError:
-            continue
-        if not any(path == r or r in path.parents for r in roots):
-            continue
-        text = doc.source
-        if read_disk(path) != text:
-            out[path] = text
-    return dict(sorted(out.items()))
-
-
-def line_span(text: str, start_line: int, end_line: int) -> str:
-    """Lines ``start_line..end_line`` (0-based, inclusive) of ``text``, clamped."""
-    lines = text.splitlines(keepends=True)
-    if not lines:
-        return ""
-    s = max(0, min(start_line, len(lines) - 1))
-    e = max(s, min(end_line, len(lines) - 1))
-    return "".join(lines[s : e + 1])
 
 
 def text_in_range(doc: TextDocument, rng: types.Range) -> str:

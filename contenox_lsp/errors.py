@@ -32,7 +32,23 @@ ERROR_NUMBERS: dict[str, int] = {
     "snapshot_store": -32025,
     "index_error": -32030,
     "engine_unavailable": -32040,
+    "invalid_params": -32602,  # JSON-RPC InvalidParams: bad input, not a server fault
 }
+
+
+class InputError(Exception):
+    """Bad input from a user or a client (a missing folder, a file outside the workspace):
+    the same ``code``/``message``/``data`` shape as the engine's errors, without being one."""
+
+    code = "invalid_params"
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "data": _jsonable(self.data)}
 
 
 class ServerError(JsonRpcException):

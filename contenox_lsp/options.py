@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from contenox_lsp.errors import InputError
+
 # initializationOptions key → (dataclass field, accepted python types, validator description)
 _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
     "profile": ("profile", (str,), "a path to a profile TOML file"),
@@ -103,9 +105,8 @@ def option_names() -> list[str]:
 
 
 def add_server_arguments(parser: Any) -> None:
-    """Flags of ``contenox-lsp`` / ``contenox-lsp serve`` (for the CLI's argparse parser)."""
-    parser.add_argument("--profile", default=None, help="profile TOML (default: built-in)")
-    parser.add_argument("--model", default=None, help="override the profile's model path")
+    """The server's own flags of ``contenox-lsp serve`` (``--profile``, ``--model`` and
+    ``--log-level`` are every command's)."""
     parser.add_argument("--debounce-ms", type=int, default=None,
                         help="idle time after an edit before re-assembly (default 300)")
     parser.add_argument("--no-prefill-on-idle", action="store_true",
@@ -115,16 +116,6 @@ def add_server_arguments(parser: Any) -> None:
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="default answer length (default 256)")
     parser.add_argument("--snapshot-dir", default=None, help="where snapshots are kept")
-    parser.add_argument("--log-level", default=None, choices=_LOG_LEVELS)
-
-
-def coerce_options(value: Any) -> ServerOptions:
-    """ServerOptions as given, from an argparse namespace, or the defaults for None."""
-    if value is None:
-        return ServerOptions()
-    if isinstance(value, ServerOptions):
-        return value
-    return options_from_args(value)
 
 
 def options_from_args(ns: Any) -> ServerOptions:
@@ -135,8 +126,13 @@ def options_from_args(ns: Any) -> ServerOptions:
     for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "max_tokens",
                  "snapshot_dir", "log_level"):
         v = getattr(ns, name, None)
-        if v is not None:
-            changes[name] = v
+        if v is None:
+            continue
+        lo, hi = _RANGES.get(name, (None, None))
+        if lo is not None and hi is not None and not lo <= v <= hi:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} must be between {lo} and {hi}", **{name: v})
+        changes[name] = v
     if getattr(ns, "no_prefill_on_idle", False):
         changes["prefill_on_idle"] = False
     return replace(opts, **changes)

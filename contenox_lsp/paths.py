@@ -48,3 +48,21 @@ def is_inside(path: Path, roots: Iterable[Path]) -> bool:
     except OutsideWorkspaceError:
         return False
     return True
+
+
+def is_under(path: Path, root: Path) -> bool:
+    """``path`` is ``root`` or lies below it (lexically: both already resolved)."""
+    return path == root or root in path.parents
+
+
+def root_of(path: Path, roots: Iterable[Path]) -> Path | None:
+    """The first of ``roots`` that ``path`` lies under, or None."""
+    return next((r for r in roots if is_under(path, r)), None)
+
+
+def relative_to_roots(path: Path, roots: Iterable[Path]) -> str:
+    """``path`` relative to the folder it lies in (POSIX), or as given outside every folder."""
+    root = root_of(path, roots)
+    if root is None or root == path:
+        return path.as_posix()
+    return path.relative_to(root).as_posix()

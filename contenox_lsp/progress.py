@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types
 from pygls.capabilities import get_capability
@@ -20,6 +20,24 @@ if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
 
 logger = logging.getLogger(__name__)
+
+
+class Reporter(Protocol):
+    """One progress sequence: begin → report* → end (a no-op where the client shows none)."""
+
+    def begin(self, title: str, message: str | None = None) -> None: ...
+    def report(self, done: int, total: int, message: str) -> None: ...
+    def end(self, message: str | None = None) -> None: ...
+
+
+class Notifier(Protocol):
+    """How the runtime side talks to the developer, without holding the server."""
+
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None: ...
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None: ...
+    async def start_progress(self) -> Reporter:
+        """A fresh server-initiated progress sequence."""
+        ...
 
 
 class WorkDone:

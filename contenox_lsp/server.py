@@ -1,18 +1,14 @@
-"""The Contenox language server: pygls 2.x on stdio (editors) or 127.0.0.1 TCP.
+"""The server object: pygls's ``LanguageServer`` plus this server's typed state.
 
-``run_stdio(options)`` / ``run_tcp(host, port, options)`` are the entry points the CLI calls.
-State lives on ``ContenoxServer``; each module registers its own handlers:
-``sync`` (lifecycle, documents, workspace events), ``requests`` (``contenox/*``),
-``code_actions`` (code actions + ``workspace/executeCommand``).
+It holds state and the small services every handler needs (workspace folders, path checks,
+request tracking for cancellation, messages to the user, the editor state for assembly). It
+imports no feature: ``app.build_server`` registers the handlers of ``contenox_lsp.handlers``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +16,18 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from contenox_lsp import __version__
-from contenox_lsp.options import ServerOptions, coerce_options
+from contenox_lsp.documents import open_document
+from contenox_lsp.options import ServerOptions
 from contenox_lsp.params import invalid
 from contenox_lsp.paths import OutsideWorkspaceError, safe_path, uri_to_path
 from contenox_lsp.pins import PinSet
+from contenox_lsp.progress import Reporter, WorkDone
 from contenox_lsp.protocol import ContenoxProtocol, raw_converter
+from contenox_lsp.runtime import Runtime
+from contenox_lsp.turn import PinState, WorkspaceState
 
-logger = logging.getLogger(__name__)
+#: JSON-RPC request ids as pygls hands them to handlers.
+MsgId = int | str
 
 
 class ContenoxServer(LanguageServer):
@@ -41,11 +42,18 @@ class ContenoxServer(LanguageServer):
         self.base_options = options
         self.options = options
         self.pins = PinSet()
-        # Set up in ``initialized`` (see sync.py); None until then.
-        self.runtime: Any = None
+        self.runtime: Runtime | None = None
+        """Set up in ``initialized`` (handlers/lifecycle.py); None before and after shutdown."""
+        self.pending_warnings: list[str] = []
+        """initializationOptions problems, shown once the client can receive messages."""
         # Request id → the asyncio task doing its work, so $/cancelRequest reaches
         # handlers that pygls runs nested (workspace/executeCommand).
-        self.inflight: dict[Any, asyncio.Task[Any]] = {}
+        self.inflight: dict[MsgId, asyncio.Task[Any]] = {}
+
+    def start_runtime(self) -> Runtime:
+        """The runtime for the negotiated options; its collaborators are this server's."""
+        self.runtime = Runtime(self.options, self.roots, self.editor_state, self)
+        return self.runtime
 
     # -- workspace folders and path safety -----------------------------------------------------
 
@@ -81,9 +89,27 @@ class ContenoxServer(LanguageServer):
         except OutsideWorkspaceError:
             return None
 
+    def editor_state(self) -> WorkspaceState:
+        """Open buffers and pins, captured on the event loop (pygls's workspace is not
+        thread-safe); the assembly then runs on the context thread."""
+        ws = self.workspace
+        buffers: dict[Path, str] = {}
+        for doc in list(ws.text_documents.values()):
+            path = self.path_if_inside(doc.uri)
+            if path is not None:
+                buffers[path] = doc.source
+        pins = []
+        for pin in self.pins.list():
+            doc = open_document(ws, pin.path)
+            pins.append(PinState(pin.path, pin.start_line, pin.end_line,
+                                 doc.source if doc is not None else None))
+        focus = sorted(set(buffers) | {p.path for p in pins})
+        return WorkspaceState(tuple(self.roots()), dict(sorted(buffers.items())),
+                              tuple(pins), tuple(focus))
+
     # -- cancellation --------------------------------------------------------------------------
 
-    def track(self) -> Any:
+    def track(self) -> MsgId | None:
         """Register the current task under the current request id (for $/cancelRequest)."""
         msg_id = self.protocol.msg_id
         task = asyncio.current_task()
@@ -91,16 +117,16 @@ class ContenoxServer(LanguageServer):
             self.inflight[msg_id] = task
         return msg_id
 
-    def untrack(self, msg_id: Any) -> None:
+    def untrack(self, msg_id: MsgId | None) -> None:
         if msg_id is not None:
             self.inflight.pop(msg_id, None)
 
-    def on_cancel_request(self, msg_id: Any) -> None:
+    def on_cancel_request(self, msg_id: MsgId) -> None:
         task = self.inflight.pop(msg_id, None)
         if task is not None and not task.done():
             task.cancel()
 
-    # -- messages ------------------------------------------------------------------------------
+    # -- messages (the runtime's Notifier) -----------------------------------------------------
 
     def show(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
@@ -108,86 +134,5 @@ class ContenoxServer(LanguageServer):
     def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
         self.window_log_message(types.LogMessageParams(type=kind, message=message))
 
-
-def build_server(options: ServerOptions | None = None) -> ContenoxServer:
-    from contenox_lsp import code_actions, requests, sync
-
-    server = ContenoxServer(options or ServerOptions())
-    sync.register(server)
-    requests.register(server)
-    code_actions.register(server)
-    return server
-
-
-def configure_logging(level: str) -> None:
-    """Logging goes to stderr only; stdout carries JSON-RPC and nothing else."""
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    # pygls logs every message body at INFO, llama.cpp every graph detail: keep both out of
-    # anything but debug output.
-    noisy = logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
-    for name in ("pygls", "contenox.llama_cpp"):
-        logging.getLogger(name).setLevel(noisy)
-
-
-def _protect_stdout() -> Any:
-    """Move the real stdout out of reach: JSON-RPC gets a private duplicate of fd 1, and fd 1
-    itself is pointed at stderr, so a stray print() or C-level printf from a native library
-    can never corrupt the protocol stream."""
-    sys.stdout.flush()
-    rpc_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(rpc_fd, "wb")
-
-
-def run_stdio(options: ServerOptions | Any = None) -> None:
-    """Serve one client over stdin/stdout (how editors launch a language server).
-
-    ``options``: ServerOptions, or the CLI's argparse namespace (see ``coerce_options``)."""
-    options = coerce_options(options)
-    configure_logging(options.log_level)
-    rpc_out = _protect_stdout()
-    server = build_server(options)
-    server.start_io(sys.stdin.buffer, rpc_out)
-
-
-def run_tcp(host: str, port: int, options: ServerOptions | Any = None) -> None:
-    """Serve one client over TCP. Only loopback addresses are accepted."""
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        raise ValueError(f"refusing to listen on {host!r}: only 127.0.0.1 is allowed")
-    options = coerce_options(options)
-    configure_logging(options.log_level)
-    server = build_server(options)
-    server.start_tcp(host, port)
-
-
-def start_parent_watchdog(pid: int | None, interval: float = 3.0) -> None:
-    """Exit when the editor process dies (LSP ``processId``), even if stdin stays open."""
-    if not pid or pid == os.getpid():
-        return
-
-    def watch() -> None:
-        import time
-
-        while True:
-            time.sleep(interval)
-            if not _pid_alive(pid):
-                logger.warning("editor process %s is gone; exiting", pid)
-                os._exit(1)
-
-    threading.Thread(target=watch, name="contenox-parent-watchdog", daemon=True).start()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    async def start_progress(self) -> Reporter:
+        return await WorkDone.server_initiated(self)

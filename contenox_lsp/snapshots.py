@@ -1,4 +1,5 @@
-"""``contenox/snapshot``: save/load/list/clear stable-prefix snapshots for this workspace.
+"""Stable-prefix snapshots of one workspace: the store both doors share, and
+``contenox/snapshot`` (save/load/list/clear) on the server's runtime.
 
 Snapshots live in a ``contextasm.SnapshotStore`` (class-first admission and eviction) keyed by
 the assembly's prefix hash, so only a snapshot of exactly this prefix under this profile
@@ -8,22 +9,51 @@ identity is ever loaded. Engine calls (save/load) run as user jobs on the engine
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.errors import ServerError
+from contenox_lsp.views import snapshot_entry_view
 from contenox_lsp.worker import Job
+from contextasm import Assembly, SnapshotEntry, SnapshotStore
+from engine import Profile, Session
 from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
+from engine.model_files import cache_dir
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
 
-def store_for(rt: Runtime, session: Any) -> Any:
-    """This workspace's store: ``snapshotDir`` if set, else as the CLI's ``ask`` keeps it."""
-    from contenox_lsp.workspace_session import snapshot_store
 
+def snapshot_store(
+    profile: Profile, roots: Path | Sequence[Path], base: Path | None = None
+) -> SnapshotStore:
+    """One store per workspace (keyed by its root folders), under ``base``, else the profile's
+    ``cache.snapshot_dir``, else ``<cache dir>/snapshots``. The CLI and the language server
+    use the same store for the same folders, and assemble the same prefixes through
+    ``contenox_lsp.turn``: a prefix one of them saved is found by the other."""
+    if base is None:
+        configured = str(profile.get("cache.snapshot_dir"))
+        base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
+    folders = [roots] if isinstance(roots, Path) else list(roots)
+    ws = hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
+    return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
+
+
+def snapshot_writer(session: Session) -> Callable[[Path], None]:
+    """The store's writer for the session's current state (the store picks the path)."""
+
+    def write(path: Path) -> None:
+        session.save_snapshot(str(path))
+
+    return write
+
+
+def store_for(rt: Runtime, session: Session) -> SnapshotStore:
+    """This workspace's store: ``snapshotDir`` if set, else the one the CLI's ``ask`` uses."""
     base = Path(rt.options.snapshot_dir) if rt.options.snapshot_dir else None
-    return snapshot_store(session.profile, list(rt.ls.roots()), base)
+    return snapshot_store(session.profile, rt.roots(), base)
 
 
 async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
@@ -37,7 +67,8 @@ async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
         )
     store = await asyncio.to_thread(store_for, rt, session)
     if action == "list":
-        return {"snapshots": [entry_view(e) for e in await asyncio.to_thread(store.entries)]}
+        entries = await asyncio.to_thread(store.entries)
+        return {"snapshots": [snapshot_entry_view(e) for e in entries]}
     if action == "clear":
         def clear() -> int:
             return sum(1 for e in store.entries() if store.remove(e.key))
@@ -49,7 +80,8 @@ async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
     return await _load(rt, store, assembly)
 
 
-async def _save(rt: Runtime, store: Any, assembly: Any, label: str) -> dict[str, Any]:
+async def _save(rt: Runtime, store: SnapshotStore, assembly: Assembly,
+                label: str) -> dict[str, Any]:
     resident = rt.resident_tokens()
     reused, _ = assembly.reuse_against_resident(resident, assembly.identity)
     # The longest segment boundary that is fully resident (prefer the stable region's end).
@@ -63,44 +95,32 @@ async def _save(rt: Runtime, store: Any, assembly: Any, label: str) -> dict[str,
     key = assembly.prefix_key(n)
     cache_class = assembly.prefix_class(n)
 
-    def fn(session: Any, job: Job) -> Any:
-        return store.put(key, cache_class, lambda p: session.save_snapshot(str(p)),
+    def fn(session: Session, job: Job) -> SnapshotEntry | None:
+        return store.put(key, cache_class, snapshot_writer(session),
                          label=label or f"{n} tokens")
 
     entry = await rt.run_user_job(fn, "snapshot save")
     if entry is None:
         return {"saved": False, "reason": "refused by the snapshot store byte budget"}
-    return {"saved": True, "snapshot": entry_view(entry)}
+    return {"saved": True, "snapshot": snapshot_entry_view(entry)}
 
 
-async def _load(rt: Runtime, store: Any, assembly: Any) -> dict[str, Any]:
+async def _load(rt: Runtime, store: SnapshotStore, assembly: Assembly) -> dict[str, Any]:
     entry = await asyncio.to_thread(store.find_best, assembly.identity, assembly)
     if entry is None:
         return {"loaded": False, "reason": "no compatible snapshot of this context"}
+    found = entry
 
-    def fn(session: Any, job: Job) -> Any:
+    def fn(session: Session, job: Job) -> None:
         # The file must hold the prefix its entry is keyed by (a swapped file is refused).
         try:
-            return session.load_snapshot(
-                str(entry.path), expect_prefix=assembly.tokens[: entry.key.n_tokens]
+            session.load_snapshot(
+                str(found.path), expect_prefix=assembly.tokens[: found.key.n_tokens]
             )
         except (SnapshotCorruptError, SnapshotIncompatibleError):
-            store.remove(entry.key)  # refused once, refused forever: do not offer it again
+            store.remove(found.key)  # refused once, refused forever: do not offer it again
             raise
 
     await rt.run_user_job(fn, "snapshot load")
-    rt.prefetch.kick()
-    return {"loaded": True, "snapshot": entry_view(entry)}
-
-
-def entry_view(e: Any) -> dict[str, Any]:
-    return {
-        "prefixHash": e.key.prefix_hash,
-        "tokens": e.key.n_tokens,
-        "cacheClass": e.cache_class.value,
-        "bytes": e.size_bytes,
-        "label": e.label,
-        "created": e.created,
-        "lastUsed": e.last_used,
-        "path": str(e.path),
-    }
+    rt.idle.kick()
+    return {"loaded": True, "snapshot": snapshot_entry_view(found)}

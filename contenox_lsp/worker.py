@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from engine import Session
+
 logger = logging.getLogger(__name__)
 
 
@@ -42,7 +44,7 @@ def is_engine_cancel(exc: BaseException) -> bool:
 
 @dataclass(eq=False)
 class Job:
-    fn: Callable[[Any, Job], Any]
+    fn: Callable[[Session, Job], Any]
     priority: Priority
     label: str
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
@@ -59,16 +61,16 @@ class Job:
 
 
 class EngineWorker:
-    def __init__(self, opener: Callable[[], AbstractContextManager[Any]]) -> None:
+    def __init__(self, opener: Callable[[], AbstractContextManager[Session]]) -> None:
         self._opener = opener
         self._cv = threading.Condition()
         self._queue: list[tuple[int, int, Job]] = []
         self._seq = itertools.count()
         self._current: Job | None = None
-        self._session: Any = None
+        self._session: Session | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="contenox-engine", daemon=True)
-        self.ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.ready: concurrent.futures.Future[Session] = concurrent.futures.Future()
         """Resolves to the session once the model is loaded (or to the load error)."""
 
     # -- public API (any thread) -------------------------------------------------------------
@@ -80,7 +82,24 @@ class EngineWorker:
     def started(self) -> bool:
         return self._thread.is_alive() or self.ready.done()
 
-    def submit(self, fn: Callable[[Any, Job], Any], *, priority: Priority, label: str) -> Job:
+    @property
+    def session(self) -> Session | None:
+        """The open session once the model is loaded; None before (or if loading failed).
+
+        Read-only use from other threads (resident tokens, identity, capabilities); every
+        engine call goes through ``submit``."""
+        return self._session
+
+    @property
+    def load_error(self) -> BaseException | None:
+        """Why the session could not be opened, once that is known."""
+        f = self.ready
+        if f.done() and not f.cancelled():
+            return f.exception()
+        return None
+
+    def submit(self, fn: Callable[[Session, Job], Any], *, priority: Priority,
+               label: str) -> Job:
         job = Job(fn=fn, priority=priority, label=label)
         with self._cv:
             if self._stopping:
@@ -179,12 +198,13 @@ class EngineWorker:
                 if outcome is not None:
                     _settle(job.future, **outcome)
         finally:
+            self._session = None
             try:
                 cm.__exit__(None, None, None)
             except Exception:
                 logger.exception("closing the engine session failed")
 
-    def _execute(self, session: Any, job: Job) -> dict[str, Any] | None:
+    def _execute(self, session: Session, job: Job) -> dict[str, Any] | None:
         """Run ``job``; returns how to settle its future (None: already settled)."""
         if job.future.done():
             return None

@@ -8,28 +8,22 @@ rest of the prompt, streams the answer and stores the stable prefix for the next
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contextasm import (
-    Assembly,
-    Explanation,
-    RepoMap,
-    SnapshotEntry,
-    SnapshotStore,
-    assemble,
-    explain,
-    gather_inputs,
-)
-from contextasm.workspace import repo_map_from_index
-from engine import EngineError, Profile, Session
+from contenox_lsp.errors import InputError
+from contenox_lsp.paths import is_under
+from contenox_lsp.snapshots import snapshot_store, snapshot_writer
+from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
+from contenox_lsp.views import TurnMetrics, explain_view
+from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain
+from engine import EngineError, Session
 from engine.model_files import cache_dir
 from engine.results import drain
 from engine.session import reusable_prefix
@@ -40,10 +34,8 @@ DEFAULT_MAP_TOKENS = 1024
 DEFAULT_MAX_TOKENS = 128
 
 
-class WorkspaceError(EngineError):
+class WorkspaceError(InputError):
     """Bad CLI input about the workspace (missing folder, file outside it)."""
-
-    code = "invalid_params"
 
 
 @dataclass(frozen=True)
@@ -73,30 +65,11 @@ def resolve_file(root: Path, file: str | None) -> Path | None:
         return None
     p = Path(file)
     path = (p if p.is_absolute() else Path.cwd() / p).resolve()
-    if root != path and root not in path.parents:
+    if not is_under(path, root):
         raise WorkspaceError(f"{file} is outside the workspace {root}", file=str(path))
     if not path.is_file():
         raise WorkspaceError(f"no such file: {path}", file=str(path))
     return path
-
-
-def snapshot_store(
-    profile: Profile, roots: Path | Sequence[Path], base: Path | None = None
-) -> SnapshotStore:
-    """One store per workspace (keyed by its root folders), under ``base``, else the profile's
-    ``cache.snapshot_dir``, else ``<cache dir>/snapshots``. The CLI and the language server
-    use the same store for the same folder: a prefix one of them saved is found by the other
-    whenever their assembled contexts agree on it (entries are keyed by prefix hash)."""
-    if base is None:
-        configured = str(profile.get("cache.snapshot_dir"))
-        base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
-    folders = [roots] if isinstance(roots, Path) else list(roots)
-    ws = hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
-    return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
-
-
-def _discard(_result: object) -> None:
-    """The store's writer returns nothing; the engine's save returns its metrics."""
 
 
 class WorkspaceTurn:
@@ -122,21 +95,19 @@ class WorkspaceTurn:
 
     # ------------------------------------------------------------------ assembly
 
-    def _repo_map(self, focus: list[str]) -> RepoMap | None:
-        return repo_map_from_index(self.index, self.session, self.map_tokens, focus)
+    def state(self, turn: TurnRequest) -> WorkspaceState:
+        """The folder on disk, focused on the question's file as an editor that has it open
+        would be (never on the question: the stable prefix must not change with it)."""
+        focus = (turn.file,) if turn.file else ()
+        return WorkspaceState(roots=(self.root,), focus_files=focus)
+
+    def turn(self, turn: TurnRequest) -> TurnSpec:
+        line = None if turn.line is None else turn.line - 1
+        return turn_at([self.root], turn.file, turn.question, line=line)
 
     def assemble(self, turn: TurnRequest) -> Assembly:
-        # The map is focused on the file only, never on the question: the stable prefix must
-        # not change from one question to the next.
-        focus = [str(turn.file)] if turn.file else []
-        inputs = gather_inputs(
-            self.root,
-            turn.question,
-            file_path=str(turn.file) if turn.file else None,
-            line=turn.line,
-            repo_map=self._repo_map(focus),
-        )
-        return assemble(inputs, self.session, self.session.identity, max_new_tokens=turn.max_tokens)
+        return assemble_turn(self.state(turn), self.turn(turn), self.index, self.session,
+                             map_tokens=self.map_tokens, answer_tokens=turn.max_tokens)
 
     # ------------------------------------------------------------------ state
 
@@ -190,6 +161,16 @@ class WorkspaceTurn:
         )
         return asm, exp, source
 
+    def explain_view(self, turn: TurnRequest) -> dict[str, Any]:
+        """The explain document (the server's ``contenox/explainContext`` schema)."""
+        asm = self.assemble(turn)
+        snap = self._best_snapshot(asm) if self.session.capabilities.get("snapshots") else None
+        return explain_view(
+            asm, self.session, self.session.resident_tokens,
+            snapshot_tokens=0 if snap is None else snap.key.n_tokens,
+            prefill_tokens_per_s=self.measured_rate(),
+        )
+
     def ask(self, turn: TurnRequest, on_piece: Callable[[str], None]) -> AskOutcome:
         s = self.session
         t0 = time.perf_counter()
@@ -213,21 +194,26 @@ class WorkspaceTurn:
         stable_saved = False
         new_tokens = 0
         prefill_ms = 0.0
+        miss_reason: str | None = None
         if snapshots and asm.stable_end > 0 and self.store.get(stable_key) is None:
             # Prefill the stable prefix alone first so its snapshot holds exactly A–F.
             r = s.prefill(asm.tokens[: asm.stable_end])
+            miss_reason = r.miss_reason
             new_tokens += r.new_tokens
             prefill_ms += r.prefill_ms
             stable_saved = (
                 self.store.put(
                     stable_key,
                     asm.prefix_class(asm.stable_end),
-                    lambda path: _discard(s.save_snapshot(path)),
+                    snapshot_writer(s),
                     label="stable prefix A-F",
                 )
                 is not None
             )
+        stable_prefilled = miss_reason is not None or new_tokens > 0
         r = s.prefill(asm.tokens)
+        if not stable_prefilled:
+            miss_reason = r.miss_reason
         new_tokens += r.new_tokens
         prefill_ms += r.prefill_ms
         self._record_rate(new_tokens, prefill_ms)
@@ -235,22 +221,20 @@ class WorkspaceTurn:
 
         gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece)
         ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
-        metrics = {
-            "totalTokens": asm.n_tokens,
-            "reusedTokens": asm.n_tokens - new_tokens,
-            "newTokens": new_tokens,
-            "restoredFromSnapshot": restored,
-            "stableTokens": asm.stable_end,
-            "stableSnapshotSaved": stable_saved,
-            "assemblyMs": assembly_ms,
-            "prefillMs": prefill_ms,
-            "ttftMs": ttft_ms,
-            "decodeTokens": gen.decode_tokens,
-            "decodeTokensPerSecond": gen.decode_tok_s,
-            "finishReason": gen.finish_reason,
-            "segments": [
-                {"kind": seg.kind.letter, "label": seg.label, "tokens": len(seg.tokens)}
-                for seg in asm.segments
-            ],
-        }
-        return AskOutcome(text=gen.text, metrics=metrics)
+        metrics = TurnMetrics(
+            promptTokens=asm.n_tokens,
+            reusedTokens=asm.n_tokens - new_tokens,
+            newTokens=new_tokens,
+            restoredFromSnapshot=restored,
+            stableTokens=asm.stable_end,
+            stableSnapshotSaved=stable_saved,
+            assemblyMs=assembly_ms,
+            prefillMs=prefill_ms,
+            ttftMs=ttft_ms,
+            engineTtftMs=gen.ttft_ms,
+            decodeTokens=gen.decode_tokens,
+            decodeTokensPerSecond=gen.decode_tok_s,
+            finishReason=gen.finish_reason,
+            missReason=miss_reason,
+        )
+        return AskOutcome(text=gen.text, metrics=metrics.to_json())

@@ -48,6 +48,10 @@ class Session(Protocol):
     @property
     def capabilities(self) -> dict[str, bool]: ...
     @property
+    def model_description(self) -> str:
+        """A short human name of the loaded model (for status displays)."""
+        ...
+    @property
     def reuse_granularity(self) -> int:
         """Prefix reuse happens in whole multiples of this many tokens (1: any position;
         OpenVINO's prefix cache shares whole KV blocks only)."""

@@ -9,7 +9,7 @@ import io
 import itertools
 from pathlib import Path
 
-from contenox_lsp.benchmark import (
+from contenox_bench import (
     applicable,
     backends,
     backends_plan,
@@ -19,14 +19,14 @@ from contenox_lsp.benchmark import (
     scaling,
     trace,
 )
-from contenox_lsp.benchmark.backends_plan import PromptSpec, Step
-from contenox_lsp.benchmark.baselines import contenox_order, editor_order
-from contenox_lsp.benchmark.config import QUICK
-from contenox_lsp.benchmark.corpus import PRIMER_TEXT, cold_reset
-from contenox_lsp.benchmark.profile_file import bench_profile, write_toml
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import first_mismatch, ratio, summary
-from contenox_lsp.benchmark.trace_script import (
+from contenox_bench.backends_plan import PromptSpec, Step
+from contenox_bench.baselines import contenox_order, editor_order
+from contenox_bench.config import QUICK
+from contenox_bench.corpus import PRIMER_TEXT, cold_reset
+from contenox_bench.profile_file import bench_profile, write_toml
+from contenox_bench.progress import Progress
+from contenox_bench.stats import first_mismatch, ratio, summary
+from contenox_bench.trace_script import (
     STDLIB_TARGETS,
     Script,
     copy_stdlib_part,

@@ -9,7 +9,12 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from contenox_lsp import params as P
-from contenox_lsp.code_actions import clean_docstring, def_line_at, first_code_block, signature_end
+from contenox_lsp.handlers.code_actions import (
+    clean_docstring,
+    def_line_at,
+    first_code_block,
+    signature_end,
+)
 from contenox_lsp.options import ServerOptions, merge_initialization_options
 from contenox_lsp.paths import OutsideWorkspaceError, safe_path
 from contenox_lsp.pins import PinSet, pin_for

@@ -19,7 +19,6 @@ engine package imports without any of it. This module never prints to stdout.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -417,31 +416,6 @@ def _cached_file_digest(src: Path) -> str:
 # ----------------------------------------------------------------------------- CLI helpers
 
 
-def add_model_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``model convert --to openvino ...`` to a ``add_subparsers()`` object."""
-    model = subparsers.add_parser("model", help="model files: conversion")
-    model_sub = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
-    conv = model_sub.add_parser(
-        "convert", help="convert a GGUF file or HF folder for another backend"
-    )
-    conv.add_argument("--to", choices=["openvino"], required=True, help="target backend")
-    conv.add_argument(
-        "--weight-format",
-        choices=list(WEIGHT_FORMATS),
-        default="int8",
-        help="weight compression (default int8; int4 is visibly degraded on small models)",
-    )
-    conv.add_argument("src", help="a .gguf file, a HF model folder, or 'embedded:gemma3-270m'")
-    conv.add_argument(
-        "out",
-        nargs="?",
-        default=None,
-        help="output folder (replaced if it exists); omitted: the cache entry that a profile "
-        "with an empty openvino.model_dir loads (kept if it is already there)",
-    )
-    return model
-
-
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
     """Send everything written to stdout meanwhile to stderr, at the fd level: NNCF logs to
@@ -462,53 +436,24 @@ def _stdout_to_stderr() -> Iterator[None]:
         sys.stdout = out
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``model convert``; writes one status line to stderr, returns an exit code."""
-    from engine.profile import EMBEDDED_MODEL
-
-    src_arg = str(args.src)
-    if src_arg == EMBEDDED_MODEL:
-        from engine.model_files import resolve_model_path
-        from engine.profile import default_profile
-
-        src = resolve_model_path(default_profile())
-    else:
-        src = Path(src_arg)
-    t0 = time.perf_counter()
-    try:
-        with _stdout_to_stderr():
-            if args.out is None:
-                out = cached_convert(src, args.weight_format)
-            else:
-                out = convert(src, Path(args.out), args.weight_format)
-    except EngineError as exc:
-        print(f"contenox-lsp: error [{exc.code}]: {exc.message}", file=sys.stderr)
-        return 1
-    except ImportError as exc:
-        print(
-            f"contenox-lsp: error: conversion needs the 'convert' extra ({exc.name} missing)",
-            file=sys.stderr,
-        )
-        return 1
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(
-        f"converted {src} → {out} ({args.weight_format}, {size / 1e6:.0f} MB, "
-        f"{time.perf_counter() - t0:.0f} s)",
-        file=sys.stderr,
-    )
-    return 0
+def convert_quietly(src: Path, out: Path | None, weight_format: str) -> Path:
+    """``convert`` (into ``out``) or ``cached_convert`` (``out`` None) with stdout kept clean
+    for whatever consumes the caller's output."""
+    with _stdout_to_stderr():
+        if out is None:
+            return cached_convert(src, weight_format)
+        return convert(src, out, weight_format)
 
 
 __all__ = [
     "WEIGHT_FORMATS",
     "ConversionError",
     "ModelLoadError",
-    "add_model_cli",
     "build_hf_tokenizer",
     "cache_entry",
     "cached_convert",
     "convert",
+    "convert_quietly",
     "gguf_vocab",
-    "run",
     "source_digest",
 ]

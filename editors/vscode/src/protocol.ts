@@ -11,6 +11,7 @@ export const Methods = {
   listPins: 'contenox/listPins',
   status: 'contenox/status',
   snapshot: 'contenox/snapshot',
+  document: 'contenox/document',
 } as const;
 
 /** Commands the server executes (workspace/executeCommand). The language client registers
@@ -50,6 +51,7 @@ export interface Segment {
   byteHash: string;
   tokenHash: string;
   truncated?: boolean;
+  text?: string;
 }
 
 export interface DroppedSegment {
@@ -64,6 +66,14 @@ export interface ExplainParams {
   textDocument?: TextDocumentIdentifier;
   position?: Position;
   question?: string;
+  includeText?: boolean;
+}
+
+export interface Capabilities {
+  snapshots: boolean;
+  branches: boolean;
+  cancel: boolean;
+  prefix_reuse: boolean;
 }
 
 export interface ExplainResult {
@@ -76,20 +86,29 @@ export interface ExplainResult {
   residentTokens: number;
   pendingPrefillTokens: number;
   userStart?: number;
+  stableEnd?: number;
+  cachedFrom?: 'resident' | 'snapshot' | 'none' | string;
   missReason?: string | null;
+  estimatedPrefillMs?: number | null;
+  reuseGranularity?: number;
+  capabilities?: Capabilities;
   segments: Segment[];
   dropped?: DroppedSegment[];
 }
 
 export interface AskMetrics {
+  promptTokens?: number;
   reusedTokens?: number;
   newTokens?: number;
+  restoredFromSnapshot?: number;
+  stableTokens?: number;
+  stableSnapshotSaved?: boolean;
+  assemblyMs?: number;
   prefillMs?: number;
   ttftMs?: number;
+  engineTtftMs?: number;
   decodeTokens?: number;
   decodeTokensPerSecond?: number;
-  promptTokens?: number;
-  engineTtftMs?: number;
   finishReason?: string | null;
   missReason?: string | null;
 }
@@ -140,10 +159,12 @@ export interface StatusResult {
   model: string | null;
   backend: string | null;
   profileId: string | null;
+  capabilities?: Capabilities | null;
   residentTokens: number;
   pendingPrefillTokens: number;
   targetTokens?: number | null;
   lastInvalidated?: string[];
+  contextStale?: boolean;
   lastRequest?: AskMetrics | null;
   running?: string | null;
   prefillOnIdle?: boolean;

@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark import applicable, baselines
-from contenox_lsp.benchmark.bare import BareModel
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import GEMMA_CLOSE, GEMMA_OPEN, primer_tokens
-from contenox_lsp.benchmark.lspclient import EditorClient
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import ratio, summary
-from contenox_lsp.benchmark.trace_script import (
+from contenox_bench import applicable, baselines
+from contenox_bench.bare import BareModel
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import GEMMA_CLOSE, GEMMA_OPEN, primer_tokens
+from contenox_bench.lspclient import EditorClient
+from contenox_bench.progress import Progress
+from contenox_bench.stats import ratio, summary
+from contenox_bench.trace_script import (
     STDLIB_TARGETS,
     Script,
     Step,

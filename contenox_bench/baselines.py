@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from contenox_lsp.benchmark.bare import _FLASH, _KV_TYPES, BareContext, BareModel
-from contenox_lsp.benchmark.corpus import cold_reset
+from contenox_bench.bare import _FLASH, _KV_TYPES, BareContext, BareModel
+from contenox_bench.corpus import cold_reset
 from contextasm.budget import padding_for
 from contextasm.segments import STABLE_KINDS
 

@@ -1,23 +1,25 @@
 """The edit stream → re-assembly → idle-time pre-prefill.
 
-Every document or file change calls ``note_change()``. After ``debounceMs`` of quiet the
-context is re-assembled (off the event loop) and, when ``prefillOnIdle`` is on, the prompt up
+Every change of a context input calls ``note_change()``. After ``debounce_ms`` of quiet the
+idle context (no question) is re-assembled and, when ``prefill_on_idle`` is on, the prompt up
 to the user turn is prefilled on the engine worker at background priority. A user request
 preempts that job; ``kick()`` after each user request resumes it from what was committed.
+
+The collaborators are injected (the worker, an ``assemble`` coroutine, a notifier), so this
+runs, and is tested, without a language server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
 
-from contenox_lsp.progress import WorkDone
-from contenox_lsp.worker import Job, JobCancelled, Priority
+from contenox_lsp.jobs import background_prefill
+from contenox_lsp.progress import Notifier, Reporter
+from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
+from contextasm import Assembly, Manifest
 from contextasm.manifest import common_prefix_length
-
-if TYPE_CHECKING:
-    from contenox_lsp.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +27,24 @@ logger = logging.getLogger(__name__)
 WARMING_PROGRESS_MIN_TOKENS = 256
 
 
-class Prefetcher:
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+class IdlePrefill:
+    def __init__(
+        self,
+        worker: EngineWorker,
+        assemble_idle: Callable[[], Awaitable[Assembly]],
+        notifier: Notifier,
+        *,
+        debounce_ms: int,
+        enabled: bool,
+    ) -> None:
+        self._worker = worker
+        self._assemble_idle = assemble_idle
+        self._notifier = notifier
+        self.debounce_ms = debounce_ms
+        self.enabled = enabled
         self.target: list[int] | None = None
         """The assembled prompt up to (not including) the user turn: what should be in KV."""
-        self.manifest: Any = None
+        self.manifest: Manifest | None = None
         self.last_invalidated: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._generation = 0
@@ -49,8 +63,8 @@ class Prefetcher:
         self._generation += 1
         if self._timer is not None:
             self._timer.cancel()
-        delay = self.rt.options.debounce_ms / 1000.0
-        self._timer = self.rt.loop.call_later(delay, self._fire)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.debounce_ms / 1000.0, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
@@ -60,10 +74,10 @@ class Prefetcher:
         """Re-assemble now and (if enabled) pre-prefill the result."""
         gen = self._generation
         try:
-            assembly = await self.rt.assemble_idle()
+            assembly = await self._assemble_idle()
         except Exception as exc:
             logger.warning("re-assembly failed: %s", exc)
-            self.rt.ls.log(f"contenox: context assembly failed: {exc}")
+            self._notifier.log(f"contenox: context assembly failed: {exc}")
             return
         if gen != self._generation or self._closed:
             return  # a newer change is pending; its own refresh will run
@@ -80,7 +94,7 @@ class Prefetcher:
             self._refreshing is not None and not self._refreshing.done()
         )
 
-    def _record_invalidation(self, manifest: Any) -> None:
+    def _record_invalidation(self, manifest: Manifest) -> None:
         old = self.manifest
         if old is None:
             return
@@ -97,7 +111,8 @@ class Prefetcher:
         """Tokens of the current target not yet in KV."""
         if self.target is None:
             return 0
-        resident = self.rt.resident_tokens()
+        session = self._worker.session
+        resident = session.resident_tokens if session is not None else []
         return len(self.target) - common_prefix_length(resident, self.target)
 
     @property
@@ -106,21 +121,21 @@ class Prefetcher:
 
     def kick(self) -> None:
         """(Re)start the background prefill of the current target if it is not resident."""
-        if self._closed or self.target is None or not self.rt.options.prefill_on_idle:
+        if self._closed or self.target is None or not self.enabled:
             return
         if self._kick_task is not None and not self._kick_task.done():
             # Already prefilling: if that is for an older target, stop it; the running
             # loop then continues with the newest target (shared chunks stay resident).
             job = self._job
             if job is not None and self._job_target is not self.target and not job.future.done():
-                self.rt.worker.cancel(job)
+                self._worker.cancel(job)
             return
         self._kick_task = asyncio.ensure_future(self._kick())
 
     async def _kick(self) -> None:
         while not self._closed:
             target = self.target
-            if target is None or not self.rt.session_ready():
+            if target is None or self._worker.session is None:
                 return
             pending = self.pending_tokens()
             if pending > 0:
@@ -129,17 +144,17 @@ class Prefetcher:
                 return  # done, or preempted by a user request (which kicks again after)
 
     async def _prefill(self, target: list[int], pending: int) -> None:
-        progress = None
+        progress: Reporter | None = None
         if pending >= WARMING_PROGRESS_MIN_TOKENS:
-            progress = await WorkDone.server_initiated(self.rt.ls)
+            progress = await self._notifier.start_progress()
             progress.begin("Contenox: warming", f"0/{pending} tokens")
-        fn = self.rt.make_prefill_fn(target, progress)
-        job = self.rt.worker.submit(fn, priority=Priority.BACKGROUND, label="pre-prefill")
+        job = self._worker.submit(background_prefill(target, progress),
+                                  priority=Priority.BACKGROUND, label="pre-prefill")
         self._job, self._job_target = job, target
         try:
             stats = await asyncio.wrap_future(job.future)
             if progress is not None:
-                progress.end(f"warm: {stats['newTokens']} tokens prefilled")
+                progress.end(f"warm: {stats.new_tokens} tokens prefilled")
             logger.debug("pre-prefill done: %s", stats)
         except JobCancelled:
             if progress is not None:
@@ -154,4 +169,4 @@ class Prefetcher:
         if self._timer is not None:
             self._timer.cancel()
         if self._job is not None:
-            self.rt.worker.cancel(self._job)
+            self._worker.cancel(self._job)

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark import applicable
-from contenox_lsp.benchmark.bare import BareContext, BareModel
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import Corpus, cold_reset
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import check, first_mismatch, summary
+from contenox_bench import applicable
+from contenox_bench.bare import BareContext, BareModel
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import Corpus, cold_reset
+from contenox_bench.progress import Progress
+from contenox_bench.stats import check, first_mismatch, summary
 from engine.errors import (
     CancelledError,
     ContextOverflowError,

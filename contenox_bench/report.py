@@ -1,4 +1,4 @@
-"""report.json (the schema in bench/README.md) and report.md (tables)."""
+"""report.json (the schema in contenox_bench/README.md) and report.md (tables)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark.applicable import is_not_applicable
+from contenox_bench.applicable import is_not_applicable
 
 SCHEMA_VERSION = 1
 

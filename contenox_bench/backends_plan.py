@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import (
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import (
     CHANGE_FILES,
     STABLE_FILES,
     SYSTEM_TEXT,

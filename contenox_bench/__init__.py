@@ -1,4 +1,4 @@
-"""``contenox-lsp bench``: the local-node benchmark report (see bench/README.md).
+"""``contenox-lsp bench``: the local-node benchmark report (see contenox_bench/README.md).
 
 Sections: 1 runtime report (``runtime``), 2 suffix-growth curve (``curve``), 3 edit-trace
 replay against baselines (``trace``, ``baselines``), 4 scaling note (``scaling``), 5 llama.cpp
@@ -11,7 +11,7 @@ import argparse
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from contenox_lsp.benchmark.main import run_bench as _run
+    from contenox_bench.main import run_bench as _run
 
     return _run(args)
 

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contenox_lsp.benchmark.corpus import stdlib_root
+from contenox_bench.corpus import stdlib_root
 
 #: Part of the running interpreter's standard library: a small real package plus neighbours.
 STDLIB_PART = ("json", "textwrap.py", "shlex.py", "fnmatch.py", "glob.py")

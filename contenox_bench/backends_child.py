@@ -1,6 +1,6 @@
 """Child process of the backends section: one backend runs the plan's steps.
 
-``python -m contenox_lsp.benchmark.backends_child --profile P.toml --plan plan.json --out r.json``
+``python -m contenox_bench.backends_child --profile P.toml --plan plan.json --out r.json``
 
 Each backend runs in a process of its own so that its peak memory is its own (VmHWM of this
 process, written to the result at exit; the parent also reads it from ``/proc/<pid>/status`` at
@@ -48,7 +48,7 @@ def _progress(label: str) -> None:
 
 
 def run(profile: Any, plan: dict[str, Any], result: dict[str, Any]) -> None:
-    from contenox_lsp.benchmark.backends_plan import PromptSpec, Step, build_inputs
+    from contenox_bench.backends_plan import PromptSpec, Step, build_inputs
     from contextasm.assembly import assemble
     from engine import open_session
 
@@ -92,7 +92,7 @@ def run(profile: Any, plan: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m contenox_lsp.benchmark.backends_child")
+    ap = argparse.ArgumentParser(prog="python -m contenox_bench.backends_child")
     ap.add_argument("--profile", required=True, help="profile TOML (backend, model, sizes)")
     ap.add_argument("--plan", required=True, help="plan JSON written by the backends section")
     ap.add_argument("--out", required=True, help="result JSON")

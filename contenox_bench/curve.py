@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import Corpus, cold_reset
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import check, median, ratio, summary
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import Corpus, cold_reset
+from contenox_bench.progress import Progress
+from contenox_bench.stats import check, median, ratio, summary
 
 GOAL_FACTOR = 1.2  # warm ≤ 1.2 × (changed ÷ total) × cold + one decode step
 

@@ -26,8 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark.backends_child import PROGRESS, proc_status_bytes
-from contenox_lsp.benchmark.backends_plan import (
+from contenox_bench.backends_child import PROGRESS, proc_status_bytes
+from contenox_bench.backends_plan import (
     SizePlan,
     Step,
     build_inputs,
@@ -36,9 +36,9 @@ from contenox_lsp.benchmark.backends_plan import (
     schedule,
     warmup,
 )
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import first_mismatch, median, ratio, summary
+from contenox_bench.config import BenchConfig
+from contenox_bench.progress import Progress
+from contenox_bench.stats import first_mismatch, median, ratio, summary
 
 log = logging.getLogger("contenox.bench")
 
@@ -156,12 +156,12 @@ def run_child(name: str, label: str, profile: Any, plan_file: Path, tmp: Path, o
 
     The peak RSS is the child's own VmHWM, read by the child at exit; the parent also reads it
     from ``/proc/<pid>/status`` at every step, for a child that dies without a result."""
-    from contenox_lsp.benchmark.profile_file import write_toml
+    from contenox_bench.profile_file import write_toml
 
     prof_file = write_toml(profile, tmp / f"backends-{name}.toml")
     result_file = tmp / f"backends-{name}.json"
     log_path = out / f"backends-{name}.log"
-    cmd = [sys.executable, "-m", "contenox_lsp.benchmark.backends_child", "--profile",
+    cmd = [sys.executable, "-m", "contenox_bench.backends_child", "--profile",
            str(prof_file), "--plan", str(plan_file), "--out", str(result_file)]
     done = 0
     polled: int | None = None

@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark import applicable
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import Corpus, cold_reset
-from contenox_lsp.benchmark.progress import Progress
-from contenox_lsp.benchmark.stats import median, ratio, summary
+from contenox_bench import applicable
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import Corpus, cold_reset
+from contenox_bench.progress import Progress
+from contenox_bench.stats import median, ratio, summary
 
 
 def planned_units(cfg: BenchConfig) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contenox_lsp.benchmark.applicable import BARE_LOOP_BACKEND, is_not_applicable
-from contenox_lsp.benchmark.stats import median, ratio
+from contenox_bench.applicable import BARE_LOOP_BACKEND, is_not_applicable
+from contenox_bench.stats import median, ratio
 
 GOAL_STATUSES = ("met", "not met", "not measured", "not evaluated")
 

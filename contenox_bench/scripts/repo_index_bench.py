@@ -206,7 +206,7 @@ def timed(fn: Any, repeat: int = 1) -> tuple[float, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--root", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--workers", type=int, default=None)

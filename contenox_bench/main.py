@@ -60,7 +60,7 @@ def run_bench(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
 
-    from contenox_lsp.benchmark import (
+    from contenox_bench import (
         applicable,
         backends,
         curve,
@@ -72,11 +72,11 @@ def run_bench(args: argparse.Namespace) -> int:
         scaling,
         trace,
     )
-    from contenox_lsp.benchmark.bare import BareModel
-    from contenox_lsp.benchmark.config import for_mode
-    from contenox_lsp.benchmark.corpus import Corpus
-    from contenox_lsp.benchmark.profile_file import bench_profile, write_toml
-    from contenox_lsp.benchmark.progress import Progress
+    from contenox_bench.bare import BareModel
+    from contenox_bench.config import for_mode
+    from contenox_bench.corpus import Corpus
+    from contenox_bench.profile_file import bench_profile, write_toml
+    from contenox_bench.progress import Progress
     from engine import open_session
     from engine.model_files import resolve_model_path
 
@@ -87,7 +87,7 @@ def run_bench(args: argparse.Namespace) -> int:
     cfg = for_mode(bool(getattr(args, "quick", False)), bool(getattr(args, "full", False)))
     profile, overrides = bench_profile(getattr(args, "profile", None),
                                        getattr(args, "model", None), cfg.n_ctx)
-    out = Path(getattr(args, "out", None) or "bench/out")
+    out = Path(getattr(args, "out", None) or "bench-out")
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()

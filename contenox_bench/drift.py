@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.benchmark import applicable
-from contenox_lsp.benchmark.config import BenchConfig
-from contenox_lsp.benchmark.corpus import read_stdlib
-from contenox_lsp.benchmark.progress import Progress
+from contenox_bench import applicable
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import read_stdlib
+from contenox_bench.progress import Progress
 from engine import CancelledError, Session, open_session
 from engine.profile import Profile
 

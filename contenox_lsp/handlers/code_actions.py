@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from lsprotocol import types
 
 from contenox_lsp import params as P
-from contenox_lsp.documents import line_span, open_document, read_disk
-from contenox_lsp.requests import add_pin, remove_pins, run_cancellable, runtime, turn_for
+from contenox_lsp.handlers.common import (
+    add_pin,
+    remove_pins,
+    run_cancellable,
+    runtime,
+    text_of,
+    turn_for,
+)
+from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
+from contenox_lsp.turn import TurnSpec, line_span
 
 logger = logging.getLogger(__name__)
 
@@ -36,21 +44,11 @@ _DEF_RE = re.compile(r"^(\s*)(async\s+def|def|class)\s+\w+")
 _FENCE_RE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1\s*$", re.S | re.M)
 
 
-def register(server: ContenoxServer) -> None:
-    server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[
-                types.CodeActionKind.QuickFix, KIND_EXPLAIN, KIND_DOCSTRING, KIND_PIN,
-            ],
-            resolve_provider=False,
-        ),
-    )(code_action)
-    server.command(CMD_EXPLAIN)(cmd_explain)
-    server.command(CMD_FIX)(cmd_fix)
-    server.command(CMD_DOCSTRING)(cmd_docstring)
-    server.command(CMD_PIN)(cmd_pin)
-    server.command(CMD_UNPIN)(cmd_unpin)
+#: The kinds ``textDocument/codeAction`` offers (advertised in the server capabilities).
+CODE_ACTION_OPTIONS = types.CodeActionOptions(
+    code_action_kinds=[types.CodeActionKind.QuickFix, KIND_EXPLAIN, KIND_DOCSTRING, KIND_PIN],
+    resolve_provider=False,
+)
 
 
 def code_action(ls: ContenoxServer, params: types.CodeActionParams) -> list[types.CodeAction]:
@@ -71,7 +69,7 @@ def code_action(ls: ContenoxServer, params: types.CodeActionParams) -> list[type
                       types.CodeActionKind.QuickFix, CMD_FIX, [arg])
         act.diagnostics = [diag]
         actions.append(act)
-    text = _text(ls, path)
+    text = text_of(ls, path)
     if text is not None and def_line_at(text, rng.start.line) is not None:
         actions.append(_action("Contenox: Add docstring", KIND_DOCSTRING, CMD_DOCSTRING, [loc]))
     if ls.pins.is_pinned(path):
@@ -100,13 +98,13 @@ async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     uri = P.req_str(arg, "uri", "arguments[0]")
     diag = P.diagnostic(arg.get("diagnostic"), "arguments[0].diagnostic")
     path = ls.checked_path(uri)
-    text = _text(ls, path)
+    text = text_of(ls, path)
     if text is None:
         raise P.invalid(f"{uri} cannot be read")
     first, last = diag.range.start.line, _last_line(diag.range)
     lines_rng = types.Range(start=types.Position(line=first, character=0),
                             end=types.Position(line=last, character=0))
-    where = f"{_rel(ls, path)}:{first + 1}"
+    where = f"{relative_to_roots(path, ls.roots())}:{first + 1}"
     question = (
         f"Fix this problem: {diag.message}\n"
         "Reply with the corrected version of the selected lines in one fenced code block."
@@ -129,7 +127,7 @@ async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 async def cmd_docstring(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     uri, rng = _loc_arg(args, CMD_DOCSTRING)
     path = ls.checked_path(uri)
-    text = _text(ls, path)
+    text = text_of(ls, path)
     if text is None:
         raise P.invalid(f"{uri} cannot be read")
     found = def_line_at(text, rng.start.line)
@@ -213,9 +211,7 @@ def signature_end(text: str, def_line: int) -> int:
     return def_line
 
 
-def _with_selection(turn: Any, selection: str) -> Any:
-    from dataclasses import replace
-
+def _with_selection(turn: TurnSpec, selection: str) -> TurnSpec:
     return replace(turn, selection=selection or None, cursor_context=None)
 
 
@@ -256,18 +252,6 @@ def _last_line(rng: types.Range) -> int:
     return rng.end.line
 
 
-def _text(ls: ContenoxServer, path: Path) -> str | None:
-    doc = open_document(ls.workspace, path)
-    return doc.source if doc is not None else read_disk(path)
-
-
-def _rel(ls: ContenoxServer, path: Path) -> str:
-    for root in ls.roots():
-        if root in path.parents:
-            return path.relative_to(root).as_posix()
-    return path.as_posix()
-
-
 def _action(title: str, kind: types.CodeActionKind | str, command: str,
             arguments: list[Any]) -> types.CodeAction:
     return types.CodeAction(
@@ -292,3 +276,13 @@ def _diag_json(d: types.Diagnostic) -> dict[str, Any]:
     if d.code is not None:
         out["code"] = d.code
     return out
+
+
+#: Every ``workspace/executeCommand`` command and its handler (PROTOCOL.md documents each).
+COMMANDS = {
+    CMD_EXPLAIN: cmd_explain,
+    CMD_FIX: cmd_fix,
+    CMD_DOCSTRING: cmd_docstring,
+    CMD_PIN: cmd_pin,
+    CMD_UNPIN: cmd_unpin,
+}

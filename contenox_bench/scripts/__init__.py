@@ -1,0 +1,1 @@
+"""Stand-alone measurement scripts (``python -m contenox_bench.scripts.<name>``)."""

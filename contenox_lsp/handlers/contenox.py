@@ -1,0 +1,176 @@
+"""The ``contenox/*`` requests (the public contract, documented in PROTOCOL.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from contenox_lsp import params as P
+from contenox_lsp import snapshots
+from contenox_lsp.documents import encoding_name, open_document
+from contenox_lsp.handlers.common import (
+    add_pin,
+    pins_view,
+    remove_pins,
+    run_cancellable,
+    runtime,
+    turn_for,
+)
+from contenox_lsp.progress import WorkDone, send_partial_result
+from contenox_lsp.runtime import Runtime
+from contenox_lsp.server import ContenoxServer
+from contenox_lsp.views import explain_view
+
+EXPLAIN_CONTEXT = "contenox/explainContext"
+ASK = "contenox/ask"
+PIN = "contenox/pin"
+UNPIN = "contenox/unpin"
+LIST_PINS = "contenox/listPins"
+STATUS = "contenox/status"
+SNAPSHOT = "contenox/snapshot"
+DOCUMENT = "contenox/document"
+
+
+async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, EXPLAIN_CONTEXT)
+    uri = P.text_document_uri(p, "params", required=False)
+    pos = P.opt_position(p, "position", "params")
+    question = P.opt_str(p, "question", "params") or ""
+    include_text = p.get("includeText")
+    if include_text is None:  # every field may be null (PROTOCOL.md)
+        include_text = False
+    if not isinstance(include_text, bool):
+        raise P.invalid("params.includeText must be a boolean")
+    path = ls.checked_path(uri) if uri else None
+    turn = turn_for(ls, path, None, pos, question)
+    rt = runtime(ls)
+    session = await rt.session()
+    assembly = await rt.assemble(turn)
+    return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text)
+
+
+async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, ASK, allow_none=False)
+    question = P.req_str(p, "question", "params")
+    uri = P.text_document_uri(p, "params", required=False)
+    rng = P.opt_range(p, "range", "params")
+    max_tokens = P.opt_int(p, "maxTokens", "params", 1, 4096)
+    partial = P.progress_token(p, "partialResultToken", "params")
+    work_token = P.progress_token(p, "workDoneToken", "params")
+    if rng is not None and uri is None:
+        raise P.invalid("params.range needs params.textDocument")
+    path = ls.checked_path(uri) if uri else None
+    turn = turn_for(ls, path, rng, rng.start if rng else None, question)
+    rt = runtime(ls)
+    on_piece: Callable[[str], None] | None = None
+    if partial is not None:
+        loop = asyncio.get_running_loop()
+        token = partial
+
+        def on_piece(piece: str) -> None:
+            send_partial_result(ls, loop, token, {"text": piece})
+
+    work = WorkDone(ls, work_token) if work_token is not None else None
+    return await run_cancellable(
+        ls, rt.run_prompt(turn, max_tokens or ls.options.max_tokens, on_piece, work)
+    )
+
+
+async def pin(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, PIN, allow_none=False)
+    return await add_pin(ls, P.req_str(p, "uri", "params"), P.opt_range(p, "range", "params"))
+
+
+async def unpin(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, UNPIN, allow_none=False)
+    return remove_pins(ls, P.req_str(p, "uri", "params"), P.opt_range(p, "range", "params"))
+
+
+async def list_pins(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    P.as_object(params, LIST_PINS)
+    return {"pins": await pins_view(ls, ls.pins.list())}
+
+
+async def status(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    P.as_object(params, STATUS)
+    return status_view(ls.runtime)
+
+
+async def document(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    """The server's copy of an open document (to check sync; used by tests and editors)."""
+    p = P.as_object(params, DOCUMENT, allow_none=False)
+    uri = P.text_document_uri(p, "params", required=True)
+    assert uri is not None
+    path = ls.checked_path(uri)
+    doc = open_document(ls.workspace, path)
+    if doc is None:
+        raise P.invalid(f"{uri} is not open")
+    return {
+        "uri": doc.uri,
+        "version": doc.version,
+        "text": doc.source,
+        "positionEncoding": encoding_name(ls.workspace),
+    }
+
+
+async def snapshot(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, SNAPSHOT, allow_none=False)
+    action = P.opt_choice(p, "action", "params", ("save", "load", "list", "clear"))
+    if action is None:
+        raise P.invalid("params.action is required: 'save', 'load', 'list' or 'clear'")
+    name = P.opt_str(p, "name", "params")
+    return await run_cancellable(ls, snapshots.handle(runtime(ls), action, name))
+
+
+#: Every ``contenox/*`` request and its handler (PROTOCOL.md documents each one).
+REQUESTS = {
+    EXPLAIN_CONTEXT: explain_context,
+    ASK: ask,
+    PIN: pin,
+    UNPIN: unpin,
+    LIST_PINS: list_pins,
+    STATUS: status,
+    DOCUMENT: document,
+    SNAPSHOT: snapshot,
+}
+
+
+def status_view(rt: Runtime | None) -> dict[str, Any]:
+    if rt is None:
+        return {"state": "cold", "model": None, "backend": None, "profileId": None,
+                "residentTokens": 0, "pendingPrefillTokens": 0, "lastRequest": None,
+                "index": {"state": "idle", "files": 0}}
+    model = backend = profile_id = None
+    capabilities: dict[str, bool] | None = None
+    session = rt.worker.session
+    if session is not None:
+        ident = session.identity
+        backend, profile_id = ident.backend, ident.profile_id
+        capabilities = dict(session.capabilities)
+        model = session.model_description
+    err = rt.worker.load_error
+    busy = rt.worker.busy_with
+    idle = rt.idle
+    return {
+        "state": rt.state(),
+        "model": model,
+        "backend": backend,
+        "profileId": profile_id,
+        "capabilities": capabilities,
+        "residentTokens": len(rt.resident_tokens()),
+        "pendingPrefillTokens": idle.pending_tokens(),
+        "targetTokens": len(idle.target) if idle.target is not None else None,
+        "lastInvalidated": idle.last_invalidated,
+        "contextStale": idle.stale,
+        "lastRequest": rt.last_metrics,
+        "running": None if busy is None else busy.label,
+        "prefillOnIdle": rt.options.prefill_on_idle,
+        "debounceMs": rt.options.debounce_ms,
+        "error": None if err is None else str(err),
+        "index": {
+            "state": rt.context.index_state,
+            "files": rt.context.index_files,
+            "error": rt.context.index_error,
+        },
+    }

@@ -1,0 +1,196 @@
+"""One turn pipeline: workspace state + user turn → ``contextasm`` inputs → assembled prompt.
+
+Both doors build their prompts here: the language server (open buffers, pins, cursor) and the
+command line (the folder on disk, ``--file``/``--line``). The same workspace, file, line and
+question therefore give byte-identical segments and the same token ids through either door,
+so a stable-prefix snapshot one of them saved is found by the other.
+
+The question never influences the segments before the user turn (the repo map is focused on
+open and pinned files only), so the prefix pre-prefilled in idle time is the prefix of the
+next ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from contenox_lsp.paths import relative_to_roots, root_of
+from contextasm import Assembly, ContextInputs, OutputEntry, RepoMap, UserTurn, assemble
+from contextasm import workspace as W
+
+if TYPE_CHECKING:
+    from engine import Session
+    from repo_index import RepoIndex
+
+#: Lines of code on each side of the cursor line sent as the cursor context.
+CURSOR_CONTEXT_LINES = 8
+
+#: Files larger than this are not read from disk for prompts.
+MAX_FILE_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class PinState:
+    """A pinned file or line range, with the buffer text when the file is open."""
+
+    path: Path
+    start_line: int | None  # 0-based inclusive, None = whole file
+    end_line: int | None
+    text: str | None  # buffer text when the file is open; None → read from disk
+
+
+@dataclass(frozen=True)
+class WorkspaceState:
+    """What the context is built from, besides the repo index: folders, open buffers, pins.
+
+    The server captures it from the editor on the event loop; the CLI describes the folder on
+    disk with the question's file as the focus (an editor would have that file open)."""
+
+    roots: tuple[Path, ...]
+    open_buffers: Mapping[Path, str] = field(default_factory=dict)
+    pins: tuple[PinState, ...] = ()
+    focus_files: tuple[Path, ...] = ()
+    """Files the repo map is focused on: the open and pinned ones."""
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    """The user turn (segment I) and request-specific output (segment H)."""
+
+    question: str = ""
+    path: Path | None = None  # workspace-relative
+    selection: str | None = None
+    cursor_context: str | None = None
+    line: int | None = None  # 1-based
+    outputs: tuple[tuple[str, str, str], ...] = ()  # (kind, source, text)
+
+
+def read_disk(path: Path) -> str | None:
+    """A text file's content for a prompt; None when unreadable, too large or binary."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def line_span(text: str, start_line: int, end_line: int) -> str:
+    """Lines ``start_line..end_line`` (0-based, inclusive) of ``text``, clamped."""
+    lines = text.splitlines(keepends=True)
+    if not lines:
+        return ""
+    s = max(0, min(start_line, len(lines) - 1))
+    e = max(s, min(end_line, len(lines) - 1))
+    return "".join(lines[s : e + 1])
+
+
+def cursor_context(text: str, line: int) -> str:
+    """The code around 0-based ``line`` that goes into the user turn."""
+    return line_span(text, max(0, line - CURSOR_CONTEXT_LINES), line + CURSOR_CONTEXT_LINES)
+
+
+def turn_at(
+    roots: Sequence[Path],
+    path: Path | None,
+    question: str,
+    *,
+    text: str | None = None,
+    line: int | None = None,
+    selection: str | None = None,
+    outputs: tuple[tuple[str, str, str], ...] = (),
+) -> TurnSpec:
+    """The user turn for ``question`` about ``path`` (absolute, resolved) at 0-based ``line``.
+
+    ``text`` is the file as the developer sees it (the buffer); None reads it from disk. A
+    selection replaces the cursor context."""
+    if path is None:
+        return TurnSpec(question=question, outputs=outputs)
+    if text is None:
+        text = read_disk(path)
+    cursor = None
+    if line is not None and not selection and text is not None:
+        cursor = cursor_context(text, line)
+    return TurnSpec(
+        question=question,
+        path=Path(relative_to_roots(path, roots)),
+        selection=selection or None,
+        cursor_context=cursor or None,
+        line=None if line is None else line + 1,
+        outputs=outputs,
+    )
+
+
+def repo_map(
+    index: RepoIndex | None, session: Session, map_tokens: int, state: WorkspaceState
+) -> RepoMap | None:
+    """Segment E from the index, focused on the open and pinned files."""
+    if index is None:
+        return None
+    return W.repo_map_from_index(index, session, map_tokens,
+                                 [str(p) for p in state.focus_files])
+
+
+def gather(state: WorkspaceState, turn: TurnSpec, repo_map: RepoMap | None) -> ContextInputs:
+    """Every input of a turn: system, tools, policy, instructions, map, pins, diff, output,
+    user turn."""
+    roots = state.roots
+    primary = roots[0] if roots else None
+    buffers = {str(p): t for p, t in state.open_buffers.items()}
+    pins = []
+    for pin in state.pins:
+        root = root_of(pin.path, roots)
+        if root is None:
+            continue
+        pin_buffers = dict(buffers)
+        if pin.text is not None:
+            pin_buffers[str(pin.path)] = pin.text
+        loaded = W.load_pin(
+            root, str(pin.path),
+            None if pin.start_line is None else pin.start_line + 1,
+            None if pin.end_line is None else pin.end_line + 1,
+            pin_buffers,
+        )
+        if loaded is not None:
+            pins.append(loaded)
+    diff = "".join(
+        W.current_diff(root, {k: v for k, v in buffers.items() if root_of(Path(k), [root])})
+        for root in roots
+    )
+    return ContextInputs(
+        system_prompt=W.load_system_prompt(primary) if primary else W.DEFAULT_SYSTEM_PROMPT,
+        tool_schemas=W.default_tool_schemas(),
+        task_policy=W.DEFAULT_TASK_POLICY,
+        repo_instructions=W.load_repo_instructions(primary) if primary else None,
+        repo_map=repo_map,
+        pins=pins,
+        diff=diff,
+        outputs=[OutputEntry(kind=k, source=s, text=t) for k, s, t in turn.outputs],
+        user=UserTurn(
+            question=turn.question,
+            selection=turn.selection,
+            cursor_context=turn.cursor_context,
+            file_path=None if turn.path is None else turn.path.as_posix(),
+            line=turn.line,
+        ),
+    )
+
+
+def assemble_turn(
+    state: WorkspaceState,
+    turn: TurnSpec,
+    index: RepoIndex | None,
+    session: Session,
+    *,
+    map_tokens: int,
+    answer_tokens: int,
+) -> Assembly:
+    """The prompt of one turn, budgeted to leave ``answer_tokens`` for the answer."""
+    inputs = gather(state, turn, repo_map(index, session, map_tokens, state))
+    return assemble(inputs, session, session.identity, max_new_tokens=answer_tokens)

@@ -1,0 +1,170 @@
+"""The runtime and the idle prefill in process, on the real model and the real index, without
+a language server: the edit stream, debounce, invalidation, warm ask, preemption.
+
+The runtime gets the test session's engine (one model load per test run) through its opener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from test_lsp_support import copy_stdlib_json
+
+from contenox_lsp.idle_prefill import IdlePrefill
+from contenox_lsp.options import ServerOptions
+from contenox_lsp.progress import Reporter
+from contenox_lsp.runtime import Runtime
+from contenox_lsp.turn import TurnSpec, WorkspaceState
+from contextasm import Assembly
+
+BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
+
+
+class NullReporter:
+    def begin(self, title: str, message: str | None = None) -> None: ...
+    def report(self, done: int, total: int, message: str) -> None: ...
+    def end(self, message: str | None = None) -> None: ...
+
+
+class RecordingNotifier:
+    """What the developer would be shown, recorded."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+        self.logged: list[str] = []
+
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        self.shown.append(message)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
+        self.logged.append(message)
+
+    async def start_progress(self) -> Reporter:
+        return NullReporter()
+
+
+class Editor:
+    """The editor state the runtime reads: open buffers by path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.buffers: dict[Path, str] = {}
+
+    def state(self) -> WorkspaceState:
+        return WorkspaceState((self.root,), dict(self.buffers), (), tuple(sorted(self.buffers)))
+
+
+async def until(probe: Callable[[], bool], timeout: float = 300) -> None:
+    """Poll ``probe``; the timeout is a hang guard, not a measurement."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_stdlib_json(tmp_path_factory.mktemp("inprocess")).resolve()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def runtime(workspace: Path, llama_session: Any, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Runtime, Editor,
+                                                                          RecordingNotifier]]:
+    monkeypatch.setenv("CONTENOX_CACHE_DIR", str(tmp_path / "cache"))
+    editor = Editor(workspace)
+    decoder = workspace / "json" / "decoder.py"
+    editor.buffers[decoder] = decoder.read_text("utf-8")
+    notifier = RecordingNotifier()
+    options = ServerOptions(debounce_ms=50, repo_map_tokens=192, max_tokens=8)
+    rt = Runtime(options, lambda: [workspace], editor.state, notifier,
+                 opener=lambda: contextlib.nullcontext(llama_session))
+    await rt.start()
+    yield rt, editor, notifier
+    rt.close()
+
+
+def warm(rt: Runtime) -> bool:
+    return rt.state() == "warm"
+
+
+async def test_start_prefills_the_idle_prefix(runtime: Any) -> None:
+    rt, _, notifier = runtime
+    await until(lambda: warm(rt))
+    assert rt.idle.target is not None and rt.idle.pending_tokens() == 0
+    assert rt.resident_tokens()[: len(rt.idle.target)] == rt.idle.target
+    assert notifier.shown == []
+
+
+async def test_a_body_edit_invalidates_the_diff_only_and_is_prefilled(runtime: Any) -> None:
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    decoder = rt.roots()[0] / "json" / "decoder.py"
+    text = editor.buffers[decoder]
+    assert BODY_LINE in text
+    editor.buffers[decoder] = text.replace(BODY_LINE, BODY_LINE + "        # checked\n")
+    rt.buffer_changed(decoder, editor.buffers[decoder], None, "utf-16")
+    assert rt.idle.stale  # the debounce is pending
+    await until(lambda: not rt.idle.stale and warm(rt))
+    assert rt.idle.last_invalidated == ["diff"]
+
+
+async def test_an_ask_after_idle_prefill_prefills_only_the_question(runtime: Any) -> None:
+    rt, _, _ = runtime
+    await until(lambda: warm(rt))
+    assembly = await rt.assemble(TurnSpec(question="What does JSONDecoder.decode return?"), 8)
+    out = await rt.run_prompt(TurnSpec(question="What does JSONDecoder.decode return?"), 8)
+    m = out["metrics"]
+    granularity = rt.worker.session.reuse_granularity if rt.worker.session else 1
+    assert m["promptTokens"] == assembly.n_tokens
+    # Everything before the user turn was reused, up to the last partial reuse block.
+    assert m["reusedTokens"] >= assembly.user_start - granularity
+    assert m["newTokens"] == m["promptTokens"] - m["reusedTokens"]
+    assert m["decodeTokens"] > 0 and out["text"]
+
+
+async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    calls: list[float] = []
+
+    async def counting() -> Assembly:
+        calls.append(time.monotonic())
+        return await rt.assemble_idle()
+
+    idle = IdlePrefill(rt.worker, counting, RecordingNotifier(), debounce_ms=200,
+                       enabled=False)
+    for _ in range(5):
+        idle.note_change()
+        await asyncio.sleep(0.01)
+    await until(lambda: not idle.stale)
+    assert len(calls) == 1
+    assert idle.target is not None and idle.target == rt.idle.target
+    idle.close()
+
+
+async def test_a_user_job_preempts_background_prefill_and_the_rest_resumes(
+    runtime: Any,
+) -> None:
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    session = rt.worker.session
+    assert session is not None
+    # Drop the warm prefix so the idle prefill has a long way to go.
+    await rt.run_user_job(lambda s, _job: s.reset(), "reset")
+    rt.idle.kick()
+    await until(lambda: rt.idle.running)
+    resident: Awaitable[int] = rt.run_user_job(lambda s, _job: s.n_resident, "probe")
+    at_preemption = await resident
+    assert at_preemption < len(rt.idle.target or [])  # it had not finished
+    rt.idle.kick()
+    await until(lambda: warm(rt))
+    assert rt.idle.pending_tokens() == 0
