@@ -132,7 +132,7 @@ async def test_an_ask_after_idle_prefill_prefills_only_the_question(runtime: Any
 
 
 async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
-    rt, editor, _ = runtime
+    rt, _, _ = runtime
     await until(lambda: warm(rt))
     calls: list[float] = []
 
@@ -154,7 +154,7 @@ async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> N
 async def test_a_user_job_preempts_background_prefill_and_the_rest_resumes(
     runtime: Any,
 ) -> None:
-    rt, editor, _ = runtime
+    rt, _, _ = runtime
     await until(lambda: warm(rt))
     session = rt.worker.session
     assert session is not None

@@ -149,7 +149,8 @@ def test_second_ask_restores_the_stable_prefix_from_disk(ws: WorkspaceTurn, repo
     assert second.metrics["restoredFromSnapshot"] == stable
     assert second.metrics["reusedTokens"] >= stable
     assert (
-        second.metrics["newTokens"] == first.metrics["promptTokens"] - second.metrics["reusedTokens"]
+        second.metrics["newTokens"]
+        == first.metrics["promptTokens"] - second.metrics["reusedTokens"]
     )
     assert second.text == first.text
 
