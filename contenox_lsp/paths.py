@@ -32,7 +32,7 @@ def resolve_inside(path: Path, roots: Iterable[Path]) -> Path:
     real = Path(os.path.realpath(path))
     for root in roots:
         real_root = Path(os.path.realpath(root))
-        if real == real_root or real_root in real.parents:
+        if is_under(real, real_root):
             return real
     raise OutsideWorkspaceError(f"{path} is outside the workspace")
 

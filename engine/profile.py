@@ -17,15 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contextasm.formats import BOS_POLICIES as _ASSEMBLER_BOS_POLICIES
+from contextasm.formats import PROMPT_FORMATS as _ASSEMBLER_FORMATS
 from engine.errors import ProfileError
 
 EMBEDDED_MODEL = "embedded:gemma3-270m"
 
-PROMPT_FORMATS = ("raw", "chatml", "gemma", "llama3")
+#: The prompt formats and BOS policies are the assembler's (one list, in contextasm.formats).
+PROMPT_FORMATS = tuple(_ASSEMBLER_FORMATS)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
-BOS_POLICIES = ("add", "none")
+BOS_POLICIES = _ASSEMBLER_BOS_POLICIES
 BACKENDS = ("llama", "openvino")
 OV_DEVICES = ("CPU", "GPU", "NPU")
 OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")

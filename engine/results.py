@@ -69,6 +69,18 @@ class SessionMetrics:
     decode_tokens_total: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def record_prefill(self, result: PrefillResult) -> PrefillResult:
+        self.last_prefill = result
+        self.prefill_calls += 1
+        self.reused_tokens_total += result.reused_tokens
+        self.new_tokens_total += result.new_tokens
+        return result
+
+    def record_generate(self, result: GenerateResult) -> GenerateResult:
+        self.last_generate = result
+        self.decode_tokens_total += result.decode_tokens
+        return result
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -493,13 +493,8 @@ class OpenVinoSession(SessionBase):
                 total_tokens=len(toks),
                 miss_reason=reason,
             )
-            m = self.metrics
-            m.last_prefill = result
-            m.prefill_calls += 1
-            m.reused_tokens_total += result.reused_tokens
-            m.new_tokens_total += result.new_tokens
-            m.extra["pipeline"] = self.pipeline_metrics()
-            return result
+            self.metrics.extra["pipeline"] = self.pipeline_metrics()
+            return self.metrics.record_prefill(result)
 
     def reset(self) -> None:
         """A cold session: rebuild the pipeline (drops OpenVINO's prefix cache)."""
@@ -567,9 +562,7 @@ class OpenVinoSession(SessionBase):
                 decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
                 finish_reason=finish,
             )
-            self.metrics.last_generate = result
-            self.metrics.decode_tokens_total += n
-            return result
+            return self.metrics.record_generate(result)
 
     def generate(self, max_tokens: int = 256) -> GenerateResult:
         return drain(self.stream(max_tokens=max_tokens))
