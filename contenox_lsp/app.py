@@ -13,7 +13,14 @@ from typing import Any
 
 from lsprotocol import types
 
-from contenox_lsp.handlers import code_actions, contenox, documents, lifecycle, workspace
+from contenox_lsp.handlers import (
+    code_actions,
+    completion,
+    contenox,
+    documents,
+    lifecycle,
+    workspace,
+)
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.process import configure_logging, protect_stdout
 from contenox_lsp.server import ContenoxServer
@@ -40,6 +47,9 @@ def build_server(options: ServerOptions | None = None) -> ContenoxServer:
                    code_actions.CODE_ACTION_OPTIONS)(code_actions.code_action)
     for name, command in code_actions.COMMANDS.items():
         server.command(name)(command)
+    server.feature(completion.INLINE_COMPLETION,
+                   types.InlineCompletionOptions())(completion.inline_completion)
+    server.command(completion.CMD_ACCEPT)(completion.accept_completion)
     return server
 
 

@@ -45,6 +45,8 @@ class IdlePrefill:
         self.target: list[int] | None = None
         """The assembled prompt up to (not including) the user turn: what should be in KV."""
         self.manifest: Manifest | None = None
+        self.assembly: Assembly | None = None
+        """The last idle assembly (the completion prompt takes its repository part)."""
         self.last_invalidated: list[str] = []
         self._timer: asyncio.TimerHandle | None = None
         self._generation = 0
@@ -83,6 +85,7 @@ class IdlePrefill:
             return  # a newer change is pending; its own refresh will run
         self._record_invalidation(assembly.manifest)
         self.manifest = assembly.manifest
+        self.assembly = assembly
         self.target = list(assembly.tokens[: assembly.user_start])
         self.kick()
 

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: Typed LSP requests whose params reach the handler as raw JSON: inline completion takes the
+#: non-standard fields of Copilot's language server (``textDocument.version``), which the
+#: LSP type would drop.
+RAW_PARAMS = frozenset({types.TEXT_DOCUMENT_INLINE_COMPLETION})
+
+
 @attrs.define
 class _UnparsableMessage:
     """Stands in for a message whose params could not be structured into the LSP type."""
@@ -90,6 +96,10 @@ class ContenoxProtocol(LanguageServerProtocol):
         return result
 
     def structure_message(self, data: dict[str, Any]) -> Any:
+        if data.get("method") in RAW_PARAMS and "id" in data:
+            # Kept as JSON: the handler validates it and reads fields the LSP type lacks.
+            return JsonRPCRequestMessage(id=data["id"], method=str(data["method"]),
+                                         jsonrpc="2.0", params=data.get("params"))
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from lsprotocol import types
 
+from contenox_lsp.completion.service import CompletionService
 from contenox_lsp.context import ContextService
 from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.idle_prefill import IdlePrefill
@@ -86,6 +87,7 @@ class Runtime:
         self.idle = IdlePrefill(self.worker, self.assemble_idle, notifier,
                                 debounce_ms=options.debounce_ms,
                                 enabled=options.prefill_on_idle)
+        self.completion = CompletionService(self)
         self.last_metrics: dict[str, Any] | None = None
         self.start_task: asyncio.Future[None] | None = None
 

@@ -72,6 +72,8 @@ def explain_view(
                                else round(new / prefill_tokens_per_s * 1000.0, 1)),
         "reuseGranularity": session.reuse_granularity,
         "capabilities": dict(session.capabilities),
+        # Parked prefixes kept resident beside the live one (chat, completion), in tokens.
+        "branches": {b.name: b.tokens for b in session.branches()},
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,

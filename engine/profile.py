@@ -30,6 +30,7 @@ FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
 BOS_POLICIES = _ASSEMBLER_BOS_POLICIES
 BACKENDS = ("llama", "openvino")
+COMPLETION_MODES = ("auto", "prefix", "fim")
 OV_DEVICES = ("CPU", "GPU", "NPU")
 OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")
 OV_SPARSE_MODES = ("off", "trishape", "xattention")
@@ -382,7 +383,29 @@ FIELDS: tuple[FieldSpec, ...] = (
         "an integer >= 1",
         "xattention: stride of the importance estimate",
     ),
+    # [completion]: inline completion at the cursor. Not part of the cache identity
+    # (profile_id): they shape requests, not KV.
+    FieldSpec(
+        "completion",
+        "mode",
+        "auto",
+        _one_of(*COMPLETION_MODES),
+        " | ".join(COMPLETION_MODES),
+        "prompt layout: auto = fill-in-the-middle when the vocabulary has FIM tokens, else "
+        "prefix-only continuation",
+    ),
+    FieldSpec(
+        "completion", "max_tokens", 32, _int_range(1, 512), "an integer 1..512",
+        "tokens a completion may generate",
+    ),
+    FieldSpec(
+        "completion", "timeout_ms", 1500, _int_range(50, 60_000), "an integer 50..60000",
+        "decode time a completion may take (it returns what it has by then)",
+    ),
 )
+
+#: Sections that configure requests, not the KV state: left out of ``profile_id``.
+NON_IDENTITY_SECTIONS = ("completion",)
 
 _BY_SECTION: dict[str, dict[str, FieldSpec]] = {}
 for _spec in FIELDS:
@@ -431,6 +454,18 @@ class Profile:
         return str(self.values["prompt.bos"])
 
     @property
+    def completion_mode(self) -> str:
+        return str(self.values["completion.mode"])
+
+    @property
+    def completion_max_tokens(self) -> int:
+        return int(self.values["completion.max_tokens"])
+
+    @property
+    def completion_timeout_ms(self) -> int:
+        return int(self.values["completion.timeout_ms"])
+
+    @property
     def block_size(self) -> int:
         return int(self.values["cache.block_size"])
 
@@ -453,7 +488,9 @@ class Profile:
     @property
     def profile_id(self) -> str:
         """Name plus a digest of every value: any profile change invalidates cache manifests."""
-        blob = json.dumps(dict(self.values), sort_keys=True, separators=(",", ":"))
+        keyed = {k: v for k, v in self.values.items()
+                 if k.split(".", 1)[0] not in NON_IDENTITY_SECTIONS}
+        blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return f"{self.name}@{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
     def resolve_path(self, value: str) -> Path:

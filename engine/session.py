@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from contextasm.identity import ContextIdentity
 from engine.errors import UnsupportedCapabilityError
+from engine.fim import FimTokens
 from engine.profile import Profile, load_profile
 from engine.results import (
     BranchInfo,
@@ -47,6 +48,10 @@ class Session(Protocol):
         ...
     @property
     def capabilities(self) -> dict[str, bool]: ...
+    @property
+    def fim_tokens(self) -> FimTokens | None:
+        """The vocabulary's fill-in-the-middle tokens; None when it has none."""
+        ...
     @property
     def model_description(self) -> str:
         """A short human name of the loaded model (for status displays)."""

@@ -167,6 +167,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         "running": None if busy is None else busy.label,
         "prefillOnIdle": rt.options.prefill_on_idle,
         "debounceMs": rt.options.debounce_ms,
+        "completion": rt.completion.view(session),
         "error": None if err is None else str(err),
         "index": {
             "state": rt.context.index_state,

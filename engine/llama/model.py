@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import llama_cpp
 
 from engine.errors import ModelLoadError, ProfileMismatchError
+from engine.fim import FimTokens
 from engine.llama import logbridge
 from engine.model_files import cached_file_facts, resolve_model_path, sha256_file
 from engine.profile import Profile
@@ -79,6 +82,7 @@ class LoadedModel:
     chat_template: str | None
     chat_template_digest: str
     description: str
+    fim: FimTokens | None = None
 
     def close(self) -> None:
         if self.model is not None:
@@ -106,6 +110,47 @@ def _vocab_digest(vocab: Any, n_vocab: int) -> str:
     ]
     h.update(repr(specials).encode())
     return h.hexdigest()
+
+
+def fim_of(vocab: Any) -> FimTokens | None:
+    """The FIM tokens llama.cpp found in the vocabulary (GGUF metadata or the token texts of
+    the known families); None unless prefix, suffix and middle all exist."""
+    pre = llama_cpp.llama_vocab_fim_pre(vocab)
+    suf = llama_cpp.llama_vocab_fim_suf(vocab)
+    mid = llama_cpp.llama_vocab_fim_mid(vocab)
+    if min(pre, suf, mid) < 0:
+        return None
+    rep = llama_cpp.llama_vocab_fim_rep(vocab)
+    sep = llama_cpp.llama_vocab_fim_sep(vocab)
+    return FimTokens(pre, suf, mid, rep if rep >= 0 else None, sep if sep >= 0 else None)
+
+
+@contextlib.contextmanager
+def _vocab_only(path: Path) -> Iterator[Any]:
+    """The vocabulary of a GGUF file, without its weights."""
+    _ensure_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelLoadError(f"llama.cpp could not read the vocabulary of {path}",
+                             path=str(path))
+    try:
+        yield llama_cpp.llama_model_get_vocab(model)
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+def vocab_fim_tokens(path: Path) -> FimTokens | None:
+    """The FIM tokens of a GGUF file's vocabulary (weights are not loaded)."""
+    with _vocab_only(path) as vocab:
+        return fim_of(vocab)
+
+
+def vocab_token_texts(path: Path, ids: list[int]) -> list[str]:
+    with _vocab_only(path) as vocab:
+        return [(llama_cpp.llama_vocab_get_text(vocab, i) or b"").decode("utf-8", "replace")
+                for i in ids]
 
 
 def _meta_str(model: Any, key: str) -> str | None:
@@ -170,6 +215,7 @@ def load_model(profile: Profile) -> LoadedModel:
         chat_template=template,
         chat_template_digest=template_digest,
         description=desc_buf.value.decode("utf-8", errors="replace"),
+        fim=fim_of(vocab),
     )
 
 

@@ -50,6 +50,7 @@ from engine.errors import (
     SnapshotCorruptError,
     SnapshotIncompatibleError,
 )
+from engine.fim import FimTokens
 from engine.llama.model import LoadedModel, backend_version, context_params, load_model
 from engine.llama.sampler import build_sampler
 from engine.profile import Profile
@@ -238,6 +239,10 @@ class LlamaSession(SessionBase):
     @property
     def model_description(self) -> str:
         return self._model.description
+
+    @property
+    def fim_tokens(self) -> FimTokens | None:
+        return self._model.fim
 
     @property
     def capabilities(self) -> dict[str, bool]:

@@ -46,6 +46,7 @@ from engine.errors import (
     ModelNotFoundError,
     UnsupportedCapabilityError,
 )
+from engine.fim import KNOWN_FIM_TEXTS, FimTokens
 from engine.profile import EMBEDDED_MODEL, Profile
 from engine.results import (
     BranchInfo,
@@ -173,6 +174,8 @@ class OpenVinoSession(SessionBase):
         self._prefill_started = 0.0
         self._request_id = 0
         self.metrics = SessionMetrics()
+        self._fim: FimTokens | None = None
+        self._fim_checked = False
         self.metrics.extra["reuse_accounting"] = (
             "engine-side: common prefix with the last prefilled prompt, whole KV blocks; "
             "OpenVINO does not report per-request prefix-cache hits"
@@ -596,6 +599,20 @@ class OpenVinoSession(SessionBase):
 
     def branches(self) -> list[BranchInfo]:
         return []
+
+    @property
+    def fim_tokens(self) -> FimTokens | None:
+        """OpenVINO's tokenizer has no FIM API: a known family's three token texts must each
+        be one token of the vocabulary."""
+        if self._fim_checked:
+            return self._fim
+        self._fim_checked = True
+        for texts in KNOWN_FIM_TEXTS:
+            ids = [self.tokenize(t, special=True) for t in texts]
+            if all(len(i) == 1 for i in ids):
+                self._fim = FimTokens(ids[0][0], ids[1][0], ids[2][0])
+                break
+        return self._fim
 
 
 def _perf(handle: Any) -> dict[str, float]:

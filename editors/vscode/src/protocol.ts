@@ -22,6 +22,7 @@ export const SERVER_COMMANDS = [
   'contenox.docstring',
   'contenox.pin',
   'contenox.unpin',
+  'contenox.acceptCompletion',
 ] as const;
 
 /** JSON-RPC RequestCancelled. */
@@ -92,6 +93,7 @@ export interface ExplainResult {
   estimatedPrefillMs?: number | null;
   reuseGranularity?: number;
   capabilities?: Capabilities;
+  branches?: Record<string, number>;
   segments: Segment[];
   dropped?: DroppedSegment[];
 }

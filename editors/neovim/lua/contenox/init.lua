@@ -23,6 +23,7 @@ M.start_error = nil ---@type string?
 ---@field init_options? table      raw initializationOptions (merged last)
 ---@field status_interval_ms? integer how often the statusline polls contenox/status (0 = never)
 ---@field enable? boolean          call vim.lsp.enable('contenox') (default true)
+---@field inline? contenox.InlineConfig|false  inline completion (ghost text); false = off
 M.defaults = {
   cmd = nil,
   filetypes = nil,
@@ -100,6 +101,9 @@ function M.setup(opts)
   })
   if cfg.enable ~= false then
     vim.lsp.enable('contenox')
+  end
+  if cfg.inline ~= false then
+    require('contenox.inline').setup(cfg.inline or {})
   end
   return true
 end

@@ -1,0 +1,221 @@
+"""Inline completion requests on the warm session.
+
+A completion is interactive: it runs at user priority (so it preempts the idle prefill), but
+never queues behind a running ask (it answers an empty list instead), and an ask waits for at
+most one completion (each is capped in tokens and time). The chat prefix and the completion
+prefix are kept resident side by side as parked branches of the session (``chat`` and
+``completion``): the engine restores whichever shares more with the next prompt, so neither
+evicts the other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from contenox_lsp.completion.postprocess import finish
+from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choose_mode, heal
+from contenox_lsp.completion.window import CursorWindow
+from contenox_lsp.context import ContextService
+from contenox_lsp.idle_prefill import IdlePrefill
+from contenox_lsp.jobs import chunked_prefill
+from contenox_lsp.worker import EngineWorker, Job, Priority
+from contextasm import Assembly, SegmentKind
+from contextasm.manifest import common_prefix_length
+from engine import Session
+
+T = TypeVar("T")
+
+
+class CompletionHost(Protocol):
+    """What a completion needs of the runtime (the runtime is one; it is injected so that
+    this module does not import it)."""
+
+    worker: EngineWorker
+    context: ContextService
+    idle: IdlePrefill
+
+    async def session(self) -> Session: ...
+    async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
+
+CHAT_BRANCH = "chat"
+COMPLETION_BRANCH = "completion"
+
+#: The chat prompt's segments that make up the completion's repository-level context.
+CONTEXT_KINDS = (SegmentKind.REPO_MAP, SegmentKind.PINNED)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The last completion offered, for typed-through reuse and acceptance counting."""
+
+    id: int
+    uri: str
+    line: int
+    line_prefix: str
+    text: str
+
+
+@dataclass
+class CompletionStats:
+    requests: int = 0
+    shown: int = 0
+    accepted: int = 0
+    partiallyAccepted: int = 0
+    typedThrough: int = 0
+    skippedBusy: int = 0
+    lastLatencyMs: float | None = None
+    lastNewTokens: int | None = None
+    lastReusedTokens: int | None = None
+    lastPromptTokens: int | None = None
+    lastContextTokens: int | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    text: str | None
+    id: int | None
+    typed_through: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def repo_context(assembly: Assembly | None) -> str:
+    """The repository-level part of the last idle assembly (repo map, pins), as text."""
+    if assembly is None:
+        return ""
+    return "".join(s.text for s in assembly.segments if s.kind in CONTEXT_KINDS)
+
+
+class CompletionService:
+    def __init__(self, rt: CompletionHost) -> None:
+        self._rt = rt
+        self._ids = itertools.count(1)
+        self.last: Shown | None = None
+        self.stats = CompletionStats()
+
+    # -- typed-through ----------------------------------------------------------------------
+
+    def typed_through(self, uri: str, line: int, line_prefix: str) -> Outcome | None:
+        """The rest of the last completion when the user typed its start since."""
+        last = self.last
+        if last is None or last.uri != uri or last.line != line:
+            return None
+        if not line_prefix.startswith(last.line_prefix):
+            return None
+        typed = line_prefix[len(last.line_prefix):]
+        if not typed or not last.text.startswith(typed) or len(typed) >= len(last.text):
+            return None
+        rest = last.text[len(typed):]
+        if not rest.strip():
+            return None
+        self.stats.typedThrough += 1
+        return Outcome(rest, last.id, typed_through=True)
+
+    # -- model completions ------------------------------------------------------------------
+
+    async def complete(self, uri: str, rel: str, win: CursorWindow,
+                       previous_line: str | None) -> Outcome:
+        rt = self._rt
+        t0 = time.perf_counter()
+        self.stats.requests += 1
+        busy = rt.worker.busy_with
+        if busy is not None and busy.priority == Priority.USER:
+            self.stats.skippedBusy += 1
+            return Outcome(None, None)  # never wait behind an ask
+        session = await rt.session()
+        profile = session.profile
+        mode = choose_mode(profile.completion_mode, session.fim_tokens)
+        context = repo_context(rt.idle.assembly)
+
+        def build(_svc: Any) -> CompletionPrompt:
+            return build_prompt(session, context, rel, win, mode)
+
+        prompt = await rt.context.call(build)
+        max_tokens = profile.completion_max_tokens
+        deadline_s = profile.completion_timeout_ms / 1000.0
+        chat_target = rt.idle.target
+
+        def job(s: Session, j: Job) -> tuple[Any, str, int]:
+            _park_chat(s, chat_target)
+            stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
+            raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
+            if s.capabilities.get("branches", False) and s.n_resident > 0:
+                s.branch_save(COMPLETION_BRANCH)  # the next keystroke restores it
+            return stats, raw, n
+
+        try:
+            stats, raw, n_gen = await rt.run_user_job(job, "completion")
+        finally:
+            rt.idle.kick()  # bring the chat prefix back live (a branch restore)
+        text = finish(heal(raw, prompt.healed), win, previous_line)
+        latency = (time.perf_counter() - t0) * 1000.0
+        st = self.stats
+        st.lastLatencyMs = round(latency, 3)
+        st.lastNewTokens = stats.new_tokens
+        st.lastReusedTokens = stats.reused_tokens
+        st.lastPromptTokens = len(prompt.tokens)
+        st.lastContextTokens = prompt.context_tokens
+        st.mode = prompt.mode
+        metrics = {"latencyMs": st.lastLatencyMs, "newTokens": stats.new_tokens,
+                   "reusedTokens": stats.reused_tokens, "promptTokens": len(prompt.tokens),
+                   "contextTokens": prompt.context_tokens, "decodeTokens": n_gen,
+                   "mode": prompt.mode}
+        if text is None:
+            return Outcome(None, None, metrics=metrics)
+        shown = Shown(next(self._ids), uri, win.line, win.line_prefix, text)
+        self.last = shown
+        st.shown += 1
+        return Outcome(text, shown.id, metrics=metrics)
+
+    def accepted(self, completion_id: int, accepted_length: int | None) -> bool:
+        """The editor reports an accepted completion (``accepted_length``: characters taken
+        of a partial accept; None for the whole)."""
+        last = self.last
+        if last is None or last.id != completion_id:
+            return False
+        if accepted_length is None or accepted_length >= len(last.text):
+            self.stats.accepted += 1
+        else:
+            self.stats.partiallyAccepted += 1
+        return True
+
+    def view(self, session: Session | None) -> dict[str, Any]:
+        out: dict[str, Any] = asdict(self.stats)
+        branches = {b.name: b.tokens for b in session.branches()} if session else {}
+        out["residentBranches"] = branches
+        out["fim"] = session is not None and session.fim_tokens is not None
+        return out
+
+
+def _park_chat(session: Session, chat_target: list[int] | None) -> None:
+    """Keep the chat prefix resident as a branch before the completion replaces the live
+    sequence (only when the live sequence is the chat prefix)."""
+    if not chat_target or not session.capabilities.get("branches", False):
+        return
+    resident = session.resident_tokens
+    if common_prefix_length(resident, chat_target) >= min(len(chat_target), 64):
+        session.branch_save(CHAT_BRANCH)
+
+
+def _generate(session: Session, max_tokens: int, deadline: float,
+              single_line: bool) -> tuple[str, int]:
+    """Stream at most ``max_tokens`` tokens, stopping at the deadline or, for a single-line
+    completion, at the first newline."""
+    pieces: list[str] = []
+    stream = session.stream(max_tokens=max_tokens)
+    n = 0
+    try:
+        for piece in stream:
+            n += 1
+            pieces.append(piece)
+            if single_line and "\n" in piece:
+                break
+            if time.perf_counter() >= deadline:
+                break
+    finally:
+        stream.close()
+    return "".join(pieces), n

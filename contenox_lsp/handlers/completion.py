@@ -1,0 +1,114 @@
+"""``textDocument/inlineCompletion`` (LSP 3.18) and the ``contenox.acceptCompletion`` command.
+
+Params arrive as raw JSON (see ``protocol.RAW_PARAMS``) so that the non-standard fields
+Copilot's language server takes (``textDocument.version``, ``formattingOptions``) survive:
+a ``version`` older than the server's copy of the document gets an empty list, never a
+completion for old text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lsprotocol import types
+
+from contenox_lsp import params as P
+from contenox_lsp.completion.window import cursor_window
+from contenox_lsp.documents import open_document
+from contenox_lsp.handlers.common import run_cancellable
+from contenox_lsp.paths import relative_to_roots
+from contenox_lsp.server import ContenoxServer
+
+INLINE_COMPLETION = types.TEXT_DOCUMENT_INLINE_COMPLETION
+CMD_ACCEPT = "contenox.acceptCompletion"
+
+EMPTY: dict[str, Any] = {"items": []}
+
+
+async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, INLINE_COMPLETION, allow_none=False)
+    uri = P.text_document_uri(p, "params", required=True)
+    assert uri is not None
+    version = P.opt_int(p["textDocument"], "version", "params.textDocument", -(2**31),
+                        2**31 - 1)
+    pos = P.position(p.get("position"), "params.position")
+    context = p.get("context")
+    if context is not None:
+        if not isinstance(context, dict):
+            raise P.invalid("params.context must be an object {triggerKind}")
+        P.opt_int(context, "triggerKind", "params.context", 1, 2)
+    path = ls.checked_path(uri)
+    doc = open_document(ls.workspace, path)
+    if doc is None:
+        raise P.invalid(f"{uri} is not open")
+    lines = doc.lines
+    line_text = lines[pos.line].rstrip("\r\n") if pos.line < len(lines) else ""
+    if pos.line > len(lines) or (pos.line == len(lines) and pos.character > 0):
+        raise P.invalid(f"params.position.line {pos.line} is outside the document")
+    units = ls.workspace.position_codec.client_num_units(line_text)
+    if pos.character > units:
+        raise P.invalid(f"params.position.character {pos.character} is past the end of line "
+                        f"{pos.line}")
+    if version is not None and version != doc.version:
+        return EMPTY  # the document changed since the client asked: no completion for old text
+    rt = ls.runtime
+    if rt is None or rt.worker.session is None:
+        return EMPTY  # the model is loading: nothing, not an error
+    column = _column(ls, line_text, pos.character)
+    win = cursor_window(doc.source, pos.line, column)
+    previous = ls.completion_task
+    if previous is not None and not previous.done():
+        ls.completion_superseded = previous
+        previous.cancel()  # cancel-previous: the newer request is the one the user waits for
+    service = rt.completion
+    hit = service.typed_through(uri, pos.line, win.line_prefix)
+    if hit is not None and hit.text is not None and hit.id is not None:
+        return _items(hit.text, hit.id, pos)
+    task = asyncio.current_task()
+    ls.completion_task = task
+    previous_line = lines[pos.line - 1].rstrip("\r\n") if pos.line > 0 else None
+    rel = relative_to_roots(path, ls.roots())
+    try:
+        out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
+    except asyncio.CancelledError:
+        if ls.completion_superseded is task:
+            return EMPTY
+        raise
+    finally:
+        if ls.completion_task is task:
+            ls.completion_task = None
+    if out.text is None or out.id is None:
+        return EMPTY
+    return _items(out.text, out.id, pos)
+
+
+async def accept_completion(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
+    if len(args) != 1 or not isinstance(args[0], dict):
+        raise P.invalid(f"{CMD_ACCEPT} expects one argument object {{id, acceptedLength?}}")
+    arg = args[0]
+    completion_id = P.opt_int(arg, "id", "arguments[0]", 0, 2**31 - 1)
+    if completion_id is None:
+        raise P.invalid("arguments[0].id is required")
+    length = P.opt_int(arg, "acceptedLength", "arguments[0]", 0, 2**31 - 1)
+    rt = ls.runtime
+    counted = rt is not None and rt.completion.accepted(completion_id, length)
+    return {"counted": counted}
+
+
+def _column(ls: ContenoxServer, line_text: str, character: int) -> int:
+    """The client's ``character`` (in the negotiated encoding's units) as a str index."""
+    codec = ls.workspace.position_codec
+    pos = codec.position_from_client_units([line_text], types.Position(line=0,
+                                                                       character=character))
+    return pos.character
+
+
+def _items(text: str, completion_id: int, pos: types.Position) -> dict[str, Any]:
+    at = {"line": pos.line, "character": pos.character}
+    return {"items": [{
+        "insertText": text,
+        "range": {"start": at, "end": at},
+        "command": {"title": "Accept completion", "command": CMD_ACCEPT,
+                    "arguments": [{"id": completion_id}]},
+    }]}

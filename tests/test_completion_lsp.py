@@ -1,0 +1,186 @@
+"""``textDocument/inlineCompletion`` on the real server and the real embedded model: a
+completion is returned, a keystroke prefills only the new tokens, typed-through answers
+without the model, stale versions and superseded requests get nothing, bad input is
+InvalidParams, and chat and completion keep their prefixes resident side by side."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
+from pytest_lsp import LanguageClient
+from test_lsp_support import (
+    change_doc,
+    copy_stdlib_json,
+    open_doc,
+    raw_request,
+    request,
+    start_client,
+    stop_client,
+    wait_warm,
+)
+
+SOURCE = "import json\n\n\ndef load_config(path):\n    with open(path) as f:\n        return "
+LINE, COL = 5, len("        return ")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_stdlib_json(tmp_path_factory.mktemp("completion"))
+    (root / "config.py").write_text(SOURCE, "utf-8")
+    return root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def client(workspace: Path) -> AsyncIterator[LanguageClient]:
+    c = await start_client(workspace, "neovim")
+    c.doc_uri = open_doc(c, workspace / "config.py", SOURCE)  # type: ignore[attr-defined]
+    await wait_warm(c)
+    yield c
+    await stop_client(c)
+
+
+async def complete(client: LanguageClient, line: int, character: int,
+                   version: int | None = None) -> dict[str, Any]:
+    td: dict[str, Any] = {"uri": client.doc_uri}  # type: ignore[attr-defined]
+    if version is not None:
+        td["version"] = version
+    result: dict[str, Any] = await raw_request(client, "textDocument/inlineCompletion", {
+        "textDocument": td, "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2}, "formattingOptions": {"tabSize": 4, "insertSpaces": True},
+    }, timeout=300)
+    return result
+
+
+async def completion_status(client: LanguageClient) -> dict[str, Any]:
+    status: dict[str, Any] = await request(client, "contenox/status", None)
+    return dict(status["completion"])
+
+
+async def test_the_server_advertises_inline_completion(client: LanguageClient) -> None:
+    caps = client.init_result.capabilities  # type: ignore[attr-defined]
+    assert caps.inline_completion_provider
+
+
+async def test_a_completion_then_a_keystroke_prefills_only_the_new_tokens(
+    client: LanguageClient,
+) -> None:
+    first = await complete(client, LINE, COL, version=1)
+    assert len(first["items"]) == 1
+    item = first["items"][0]
+    assert item["insertText"].strip()
+    assert "\n" not in item["insertText"]  # a single-line trigger stops at the line's end
+    assert item["range"]["start"] == {"line": LINE, "character": COL}
+    assert item["command"]["command"] == "contenox.acceptCompletion"
+    st = await completion_status(client)
+    assert st["shown"] == 1 and st["mode"] == "prefix" and st["fim"] is False
+
+    # One more character, not the start of the suggestion: a model call that reuses the
+    # whole prompt except its last reuse block and the new character.
+    typed = "z" if not item["insertText"].startswith("z") else "q"
+    change_doc(client, client.doc_uri, 2,  # type: ignore[attr-defined]
+               [(LINE, COL, LINE, COL, typed)])
+    await complete(client, LINE, COL + 1, version=2)
+    st = await completion_status(client)
+    explained = await request(client, "contenox/explainContext", None)
+    granularity = explained["reuseGranularity"]
+    assert st["requests"] == 2
+    assert st["lastReusedTokens"] >= st["lastContextTokens"]  # the repo-level prefix is warm
+    assert st["lastNewTokens"] <= granularity + 4
+    assert st["lastNewTokens"] == st["lastPromptTokens"] - st["lastReusedTokens"]
+
+
+async def test_typing_the_start_of_the_suggestion_answers_the_rest(
+    client: LanguageClient,
+) -> None:
+    col = COL + 1
+    shown = await complete(client, LINE, col, version=2)
+    if not shown["items"]:
+        pytest.fail("no completion to type through")
+    text = shown["items"][0]["insertText"]
+    before = await completion_status(client)
+    change_doc(client, client.doc_uri, 3,  # type: ignore[attr-defined]
+               [(LINE, col, LINE, col, text[0])])
+    rest = await complete(client, LINE, col + 1, version=3)
+    after = await completion_status(client)
+    if len(text) == 1:
+        return  # nothing left to offer
+    assert rest["items"][0]["insertText"] == text[1:]
+    assert after["typedThrough"] == before["typedThrough"] + 1
+    assert after["requests"] == before["requests"]  # no model call
+
+
+async def test_a_stale_version_gets_an_empty_list(client: LanguageClient) -> None:
+    assert (await complete(client, LINE, COL, version=1))["items"] == []
+
+
+async def test_a_new_request_supersedes_the_running_one(client: LanguageClient) -> None:
+    doc = await request(client, "contenox/document",
+                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
+    line = doc["text"].split("\n")[LINE]
+    # Sent back to back: the second arrives while the first is still on the engine.
+    first = asyncio.ensure_future(complete(client, LINE, len(line) - 1))
+    second = asyncio.ensure_future(complete(client, LINE, len(line)))
+    try:
+        superseded = await first
+    except JsonRpcRequestCancelled:
+        superseded = {"items": []}
+    assert superseded == {"items": []}
+    assert isinstance((await second)["items"], list)
+
+
+async def test_accepting_is_counted(client: LanguageClient) -> None:
+    doc = await request(client, "contenox/document",
+                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
+    line = doc["text"].split("\n")[LINE]
+    shown = await complete(client, LINE, len(line))
+    if not shown["items"]:
+        pytest.fail("no completion to accept")
+    cmd = shown["items"][0]["command"]
+    before = await completion_status(client)
+    result = await raw_request(client, "workspace/executeCommand",
+                               {"command": cmd["command"], "arguments": cmd["arguments"]})
+    assert result == {"counted": True}
+    assert (await completion_status(client))["accepted"] == before["accepted"] + 1
+
+
+async def test_chat_and_completion_stay_resident_side_by_side(
+    client: LanguageClient,
+) -> None:
+    await wait_warm(client)  # the idle prefill restored the chat prefix
+    st = await completion_status(client)
+    assert set(st["residentBranches"]) >= {"chat", "completion"}
+    explained = await request(client, "contenox/explainContext", None)
+    assert explained["pendingPrefillTokens"] == 0
+    # The next completion finds its own prefix again.
+    doc = await request(client, "contenox/document",
+                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
+    line = doc["text"].split("\n")[LINE]
+    await complete(client, LINE, len(line))
+    st = await completion_status(client)
+    assert st["lastReusedTokens"] >= st["lastContextTokens"]
+
+
+@pytest.mark.parametrize("params", [
+    {"position": {"line": 999, "character": 0}},
+    {"position": {"line": LINE, "character": 999}},
+    {"position": {"line": -1, "character": 0}},
+    {"textDocument": {"uri": "file:///etc/passwd"}},
+    {"textDocument": {"uri": "NOT OPEN"}},
+    {"textDocument": {"uri": "x", "version": "1"}},
+])
+async def test_bad_input_is_invalid_params(client: LanguageClient, workspace: Path,
+                                           params: dict[str, Any]) -> None:
+    base: dict[str, Any] = {"textDocument": {"uri": client.doc_uri},  # type: ignore[attr-defined]
+                            "position": {"line": 0, "character": 0}}
+    base.update(params)
+    if base["textDocument"].get("uri") == "NOT OPEN":
+        base["textDocument"] = {"uri": (workspace / "json" / "decoder.py").as_uri()}
+    with pytest.raises(JsonRpcInvalidParams):
+        await raw_request(client, types.TEXT_DOCUMENT_INLINE_COMPLETION, base)

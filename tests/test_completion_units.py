@@ -1,0 +1,149 @@
+"""Inline completion pieces that need no server: the window, post-processing, typed-through
+reuse, the prompt layout, and FIM-token detection on real vocabularies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contenox_lsp.completion.postprocess import finish
+from contenox_lsp.completion.prompt import build_prompt, choose_mode, file_header, heal, heal_split
+from contenox_lsp.completion.service import CompletionService, Shown
+from contenox_lsp.completion.window import WINDOW_ALIGN, cursor_window, window_start
+from contextasm.manifest import common_prefix_length
+from engine.fim import FimTokens
+
+VOCAB = Path(__file__).parent / "fixtures" / "vocab"
+
+SOURCE = "".join(f"line_{i} = {i}\n" for i in range(200))
+
+
+def test_the_window_start_stays_put_while_typing_and_moving_down() -> None:
+    starts = {window_start(line) for line in range(100, 100 + WINDOW_ALIGN)}
+    assert len(starts) <= 2  # it jumps at most once per WINDOW_ALIGN lines
+    assert window_start(3) == 0
+    a = cursor_window(SOURCE, 120, 4)
+    b = cursor_window(SOURCE, 120, 5)
+    assert b.before.startswith(a.before) and len(b.before) == len(a.before) + 1
+    down = cursor_window(SOURCE, 121, 0)
+    assert down.start_line == a.start_line
+    assert down.before.startswith(a.before[: -len(a.line_prefix)])
+
+
+def test_the_window_splits_the_current_line_at_the_cursor() -> None:
+    win = cursor_window("def f(x):\n    return x + 1\n", 1, 11)
+    assert win.line_prefix == "    return "
+    assert win.line_suffix == "x + 1"
+    assert win.before.endswith("def f(x):\n    return ")
+    assert win.after.startswith("x + 1")
+    assert not win.multiline
+    empty = cursor_window("def f(x):\n    \n", 1, 4)
+    assert empty.multiline and empty.indent == "    "
+
+
+def test_a_single_line_trigger_stops_at_the_end_of_the_line() -> None:
+    win = cursor_window("x = compute(\n", 0, 12)
+    assert finish("a, b)\ny = 2\n", win, None) == "a, b)"
+
+
+def test_overlap_with_the_text_after_the_cursor_is_cut() -> None:
+    win = cursor_window("x = compute()\n", 0, 12)  # cursor before ")"
+    assert finish("a, b)", win, None) == "a, b"
+
+
+def test_a_multi_line_trigger_stops_when_indentation_returns() -> None:
+    text = "def f(x):\n    \n"
+    win = cursor_window(text, 1, 4)
+    raw = "y = x * 2\n    return y\n\ndef g():\n    pass\n"
+    assert finish(raw, win, "def f(x):") == "y = x * 2\n    return y"
+
+
+def test_a_repeat_of_the_line_before_is_dropped() -> None:
+    text = "    total = 0\n    \n"
+    win = cursor_window(text, 1, 4)
+    assert finish("total = 0\n    for x in xs:\n", win, "    total = 0") == "for x in xs:"
+
+
+def test_whitespace_only_is_never_offered() -> None:
+    win = cursor_window("x = 1\n", 0, 5)
+    assert finish("   \n", win, None) is None
+    assert finish("", win, None) is None
+
+
+def test_typed_through_answers_the_rest_without_a_model() -> None:
+    svc = CompletionService(_NoRuntime())  # type: ignore[arg-type]
+    svc.last = Shown(7, "file:///a.py", 3, "    return ", "sorted(items)")
+    out = svc.typed_through("file:///a.py", 3, "    return sor")
+    assert out is not None and out.text == "ted(items)" and out.id == 7
+    assert svc.stats.typedThrough == 1
+    assert svc.typed_through("file:///a.py", 3, "    return sox") is None  # diverged
+    assert svc.typed_through("file:///a.py", 4, "    return sor") is None  # another line
+    assert svc.typed_through("file:///b.py", 3, "    return sor") is None
+    assert svc.typed_through("file:///a.py", 3, "    return sorted(items)") is None  # all typed
+
+
+class _NoRuntime:
+    """CompletionService only keeps a reference to its runtime until a model call."""
+
+
+def test_a_trailing_blank_is_healed() -> None:
+    assert heal_split("    return ") == " "
+    assert heal_split("    ") == ""  # indentation stays in the prompt
+    assert heal_split("x = f(a,") == ""
+    assert heal(" a + b", " ") == "a + b"
+    assert heal("a + b", " ") == "a + b"
+    assert heal("(x)", "") == "(x)"
+
+
+def test_choose_mode() -> None:
+    fim = FimTokens(1, 2, 3)
+    assert choose_mode("auto", fim) == "fim"
+    assert choose_mode("auto", None) == "prefix"
+    assert choose_mode("prefix", fim) == "prefix"
+    assert choose_mode("fim", None) == "prefix"
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("starcoder", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")),
+    ("refact", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")),
+    ("deepseek-coder", ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")),
+    ("llama-spm", None),
+])
+def test_fim_tokens_are_detected_from_the_gguf_vocabulary(
+    name: str, expected: tuple[str, str, str] | None
+) -> None:
+    from engine.llama.model import vocab_fim_tokens
+
+    found = vocab_fim_tokens(VOCAB / f"ggml-vocab-{name}.gguf")
+    if expected is None:
+        assert found is None
+        return
+    assert found is not None
+    texts = tuple(found_texts(VOCAB / f"ggml-vocab-{name}.gguf",
+                              [found.prefix, found.suffix, found.middle]))
+    assert texts == expected
+
+
+def found_texts(path: Path, ids: list[int]) -> list[str]:
+    from engine.llama.model import vocab_token_texts
+
+    return vocab_token_texts(path, ids)
+
+
+def test_the_embedded_model_has_no_fim_tokens(llama_session: Any) -> None:
+    assert llama_session.fim_tokens is None
+    assert choose_mode(llama_session.profile.completion_mode, None) == "prefix"
+
+
+def test_the_prefix_prompt_ends_with_the_code_before_the_cursor(llama_session: Any) -> None:
+    win = cursor_window(SOURCE, 120, 4)
+    prompt = build_prompt(llama_session, "# map\n", "m.py", win, "prefix")
+    tail = llama_session.detokenize(prompt.tokens[prompt.context_tokens:])
+    assert tail == file_header("m.py") + win.before
+    assert prompt.healed == ""
+    longer = build_prompt(llama_session, "# map\n", "m.py", cursor_window(SOURCE, 120, 5),
+                          "prefix")
+    # One more character changes only the end.
+    assert common_prefix_length(prompt.tokens, longer.tokens) >= len(prompt.tokens) - 2
