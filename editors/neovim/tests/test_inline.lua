@@ -30,32 +30,56 @@ test('setup enables inline completion; the server advertises it', function()
   end, T, 'a warm server')
 end)
 
-test('typing in insert mode shows a suggestion as an extmark', function()
-  local buf = vim.fn.bufnr(app)
-  -- A new line under "def add(a, b):" ends up as "    return " after typing.
-  vim.api.nvim_win_set_cursor(0, { 5, 0 })
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('O    return', true, false, true), 'tx!', false)
-  H.eq(vim.fn.mode(), 'i', 'still in insert mode')
-  vim.api.nvim_feedkeys(' ', 'tx!', false)
-  H.wait_for(function()
-    return inline.current ~= nil
-  end, T, 'a suggestion')
-  local m = marks(buf)
-  H.eq(#m, 1, 'one extmark')
-  H.eq(m[1][2], 4, 'on the new line') -- 0-based row of line 5
-  H.ok(inline.current.text:match('%S'), 'not whitespace only')
-end)
+local function keys(k)
+  return vim.api.nvim_replace_termcodes(k, true, false, true)
+end
 
-test('<Tab> accepts the suggestion: the buffer changes and the extmark goes', function()
+--- Type `typed` in insert mode and run `steps` (functions called every 100 ms while insert
+--- mode is active; each returns true when done). Headless Neovim runs insert mode inside
+--- nvim_feedkeys(..., 'x!'), so the steps drive it from a timer; the last one leaves it.
+local function in_insert_mode(typed, steps, timeout_ms)
+  local i, t0 = 1, vim.uv.now()
+  local timer = assert(vim.uv.new_timer())
+  timer:start(100, 100, vim.schedule_wrap(function()
+    if i > #steps or vim.uv.now() - t0 > timeout_ms then
+      timer:stop()
+      vim.api.nvim_feedkeys(keys('<Esc>'), 't', false)
+      return
+    end
+    if steps[i]() then
+      i = i + 1
+    end
+  end))
+  vim.api.nvim_feedkeys(keys(typed), 'tx!', false) -- returns once insert mode is left
+  timer:stop()
+  return i > #steps
+end
+
+test('typing shows a suggestion as an extmark; <Tab> accepts it into the buffer', function()
   local buf = vim.fn.bufnr(app)
-  local text = inline.current.text
-  local before = vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1]
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('<Tab>', true, false, true), 'tx!', false)
-  H.wait_for(function()
-    return inline.current == nil and vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1] ~= before
-  end, 5000, 'the accepted text')
-  local line = vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1]
-  H.eq(line, before .. vim.split(text, '\n', { plain = true })[1], 'the suggestion inserted')
+  vim.api.nvim_win_set_cursor(0, { 5, 0 }) -- "    return a + b" in add()
+  local seen, before, text
+  local done = in_insert_mode('O    return ', {
+    function() -- a suggestion appears while typing (debounced request)
+      if inline.current == nil then
+        return false
+      end
+      seen = marks(buf)
+      text = inline.current.text
+      before = vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1]
+      vim.api.nvim_feedkeys(keys('<Tab>'), 't', false)
+      return true
+    end,
+    function() -- accepted: the text is in the buffer and the extmark is gone
+      return inline.current == nil and vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1] ~= before
+    end,
+  }, T)
+  H.ok(done, 'the suggestion appeared and was accepted')
+  H.eq(#seen, 1, 'one extmark')
+  H.eq(seen[1][2], 4, 'on the new line')
+  H.ok(text:match('%S'), 'not whitespace only')
+  H.eq(vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1],
+    before .. vim.split(text, '\n', { plain = true })[1], 'the suggestion inserted')
   H.eq(#marks(buf), 0, 'no extmark left')
   H.wait_for(function()
     local r = client:request_sync('contenox/status', vim.empty_dict(), T)
@@ -65,15 +89,16 @@ end)
 
 test('without a suggestion <Tab> falls through; leaving insert mode dismisses', function()
   local buf = vim.fn.bufnr(app)
-  inline.dismiss()
-  local before = vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1]
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('<Tab>', true, false, true), 'tx!', false)
-  H.ok(#vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1] > #before, 'a normal <Tab> was inserted')
-  vim.api.nvim_feedkeys('x', 'tx!', false)
-  H.wait_for(function()
-    return inline.current ~= nil
-  end, T, 'another suggestion')
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes('<Esc>', true, false, true), 'tx', false)
+  vim.api.nvim_win_set_cursor(0, { 1, 0 })
+  local had_mark = false
+  in_insert_mode('O<Tab>x', {
+    function()
+      had_mark = inline.current ~= nil
+      return had_mark
+    end,
+  }, T)
+  H.match(vim.api.nvim_buf_get_lines(buf, 0, 1, false)[1], '^%s+x', 'a plain <Tab> was inserted')
+  H.ok(had_mark, 'a suggestion was shown before leaving')
   H.eq(inline.current, nil, 'dismissed on InsertLeave')
   H.eq(#marks(buf), 0, 'no extmark left')
 end)
