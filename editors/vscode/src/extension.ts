@@ -48,6 +48,14 @@ function createClient(spec: LaunchSpec, hooks: ClientHooks): LspClient {
   const restarts: number[] = [];
   const clientOptions: LanguageClientOptions = {
     documentSelector: hooks.documentSelector,
+    middleware: {
+      // Ghost text comes from the language client's own inline-completion feature (the
+      // server advertises inlineCompletionProvider); this setting turns it off.
+      provideInlineCompletionItems: (document, position, context, token, next) =>
+        vscode.workspace.getConfiguration('contenox').get<boolean>('inlineCompletion.enabled', true)
+          ? next(document, position, context, token)
+          : undefined,
+    },
     initializationOptions: spec.initializationOptions,
     outputChannel: hooks.output,
     stdioOptions: {

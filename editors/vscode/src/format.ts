@@ -106,7 +106,8 @@ export interface StatusBarView {
   isError: boolean;
 }
 
-/** The status-bar item: model, state, resident tokens, pending prefill, last TTFT. */
+/** The status-bar item: model, state, resident tokens, pending prefill, last TTFT, last
+ * inline completion's latency. */
 export function statusBarView(s: StatusResult | undefined, running: boolean): StatusBarView {
   if (!running) {
     return {
@@ -123,6 +124,8 @@ export function statusBarView(s: StatusResult | undefined, running: boolean): St
   if (s.pendingPrefillTokens > 0) parts.push(`+${formatCount(s.pendingPrefillTokens)} pending`);
   const ttft = s.lastRequest?.ttftMs;
   if (ttft !== undefined && ttft !== null) parts.push(`TTFT ${formatMs(ttft)}`);
+  const completion = s.completion?.lastLatencyMs;
+  if (completion !== undefined && completion !== null) parts.push(`$(sparkle) ${formatMs(completion)}`);
   return {
     text: parts.join(' · '),
     tooltip: statusLines(s).map((l) => `${l.label}: ${l.value}`).join('\n') +

@@ -173,4 +173,23 @@ export interface StatusResult {
   debounceMs?: number;
   error?: string | null;
   index?: { state: string; files: number; error?: string | null };
+  completion?: CompletionStatus;
+}
+
+/** `contenox/status`'s `completion` (PROTOCOL.md, "Inline completion"). */
+export interface CompletionStatus {
+  requests: number;
+  shown: number;
+  accepted: number;
+  partiallyAccepted: number;
+  typedThrough: number;
+  skippedBusy: number;
+  lastLatencyMs: number | null;
+  lastNewTokens: number | null;
+  lastReusedTokens: number | null;
+  lastPromptTokens: number | null;
+  lastContextTokens: number | null;
+  mode: string | null;
+  fim: boolean;
+  residentBranches: Record<string, number>;
 }

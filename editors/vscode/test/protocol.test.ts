@@ -70,6 +70,7 @@ describe('real server (contenox-lsp over stdio)', { timeout: 900_000 }, () => {
     for (const id of SERVER_COMMANDS) assert.ok(caps.executeCommandProvider.commands.includes(id), id);
     assert.ok(caps.codeActionProvider.codeActionKinds.includes('source.contenox.pin'));
     assert.equal(caps.textDocumentSync.change, 2, 'incremental sync');
+    assert.ok(caps.inlineCompletionProvider, 'inline completion (the language client shows it as ghost text)');
     assert.deepEqual(server.messages.filter((m) => m.type <= 2), [], 'no warnings about our initializationOptions');
   });
 
@@ -88,6 +89,22 @@ describe('real server (contenox-lsp over stdio)', { timeout: 900_000 }, () => {
     if (explained.status === 'rejected') problems.push(`explainContext right after initialized: ${explained.reason.message}`);
     if (doc.status === 'rejected') problems.push(`didOpen right after initialized was dropped: ${doc.reason.message}`);
     assert.deepEqual(problems, []);
+  });
+
+  test('textDocument/inlineCompletion answers an InlineCompletionList at the cursor', { timeout: T }, async () => {
+    await waitReady();
+    const lines = fs.readFileSync(path.join(ws, 'app.py'), 'utf8').split('\n');
+    const line = 4;
+    const r = await req<any>('textDocument/inlineCompletion', {
+      textDocument: { uri: appUri }, position: { line, character: lines[line].length },
+      context: { triggerKind: 2 },
+    });
+    assert.ok(Array.isArray(r.items));
+    for (const item of r.items) {
+      assert.equal(typeof item.insertText, 'string');
+      assert.ok(item.insertText.trim().length > 0, 'never whitespace only');
+      assert.equal(item.command.command, 'contenox.acceptCompletion');
+    }
   });
 
   test('contenox/explainContext returns the segment table', { timeout: T }, async () => {
