@@ -24,6 +24,13 @@ class TraceConfig:
 
 
 @dataclass(frozen=True)
+class TypingConfig:
+    lines: int = 5  # lines of the function body typed back
+    repo_map_tokens: int = 1024  # the server's default
+    pause_s: float = 0.2  # the user's pause before each request (Neovim's 200 ms debounce)
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     mode: str
     n_ctx: int
@@ -49,6 +56,7 @@ class BenchConfig:
     drift_prefix: int = 617
     drift_tokens: int = 64  # greedy tokens compared (the identical-prefix length is of these)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    typing: TypingConfig = field(default_factory=TypingConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +107,7 @@ QUICK = replace(
         idle_gap_s=2.5,
         keystroke_s=0.03,
     ),
+    typing=TypingConfig(lines=2, repo_map_tokens=256),
 )
 
 FULL = replace(

@@ -23,6 +23,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _trace(sections.get("trace", {})),
         _snapshot(sections.get("runtime", {})),
         _overhead(sections.get("runtime", {})),
+        *_typing(sections.get("typing", {})),
     ]
 
 
@@ -75,6 +76,36 @@ def _trace(trace: dict[str, Any]) -> dict[str, Any]:
                  f"b/d = {_f(r['b_over_d'])}", dict(r) | {"new_tokens": nr},
                  f"tokens prefilled at ask: a/c = {_f(nr.get('a_over_c'))}, "
                  f"a/d = {_f(nr.get('a_over_d'))}{on}")
+
+
+def _typing(sec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The inline-completion goals of the typing trace (section 7)."""
+    texts = {
+        "completion_latency": "typing trace p50 latency ≤ 1.5 × (prefill of the new tokens + "
+                              "decode of the returned tokens) on the same engine",
+        "completion_vs_lcp": "typing trace p50 latency ≥ 3× lower than d (llama.vscode request "
+                             "shape on a longest-common-prefix session)",
+        "completion_prefill": "median tokens prefilled per completion request ≤ 32",
+    }
+    if sec.get("status") != "ok":
+        return [_not_measured(gid, text, sec) for gid, text in texts.items()]
+    over = sec["ratios"]["a_p50_over_expected"]
+    d_over_a = sec["ratios"]["d_p50_over_a_p50"]
+    new = median(sec["a"]["new_tokens"])
+    return [
+        _goal("completion_latency", texts["completion_latency"],
+              None if over is None else over <= 1.5,
+              f"a p50 / expected p50 = {_f(over)} (expected "
+              f"{_f(sec['engine']['expected_p50_ms'])} ms)", dict(sec["engine"])),
+        _goal("completion_vs_lcp", texts["completion_vs_lcp"],
+              None if d_over_a is None else d_over_a >= 3.0,
+              f"d p50 / a p50 = {_f(d_over_a)}", {"d_over_a": d_over_a}),
+        _goal("completion_prefill", texts["completion_prefill"],
+              None if new is None else new <= 32,
+              f"median {new} tokens", {"median_new_tokens": new},
+              f"{sec['typed_through']} of {sec['requests']} requests answered by "
+              "typed-through without a model call"),
+    ]
 
 
 def _snapshot(runtime: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing")
 
 
 def _have_matplotlib() -> bool:
@@ -71,6 +71,7 @@ def run_bench(args: argparse.Namespace) -> int:
         runtime,
         scaling,
         trace,
+        typing_trace,
     )
     from contenox_bench.bare import BareModel
     from contenox_bench.config import for_mode
@@ -94,7 +95,8 @@ def run_bench(args: argparse.Namespace) -> int:
     load0 = _loadavg()
     progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
-                        + backends.planned_units(cfg) + drift.planned_units(cfg))
+                        + backends.planned_units(cfg) + drift.planned_units(cfg)
+                        + typing_trace.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -167,6 +169,8 @@ def run_bench(args: argparse.Namespace) -> int:
             run_section("backends", lambda: backends.run(
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))
             run_section("drift", lambda: drift.run(profile, cfg, progress))
+            run_section("typing", lambda: typing_trace.run(
+                cfg, profile, profile_file, out, tmp, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)
         print(f"contenox-lsp bench: interrupted; partial report in {out / 'report.md'}",

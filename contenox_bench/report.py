@@ -98,6 +98,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += _scaling(s["scaling"])
     lines += _backends(s.get("backends", {"status": "not run"}))
     lines += _drift(s.get("drift", {"status": "not run"}))
+    lines += _typing(s.get("typing", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)
@@ -322,6 +323,32 @@ def _pairs(reused: list[int] | None, new: list[int] | None) -> str:
 
 def _mib_s(x: float | None) -> str:
     return "–" if x is None else f"{x / 2**20:,.0f}"
+
+
+def _typing(sec: dict[str, Any]) -> list[str]:
+    head = _status("7. Typing trace: inline completion", sec)
+    if head:
+        return head
+    lines = [
+        "## 7. Typing trace: inline completion",
+        "",
+        f"The last {sec['lines_typed']} lines of a real function body typed back character by "
+        f"character, a completion request at each pause: {sec['requests']} requests, "
+        f"{sec['model_calls']} model calls, {sec['typed_through']} typed-through, "
+        f"{sec['accepted']} suggestions accepted. Latency: a client-side round trip; c, d: "
+        "in-process prefill + decode of the same number of tokens.",
+        "",
+    ]
+    rows = []
+    for key in ("a", "c", "d"):
+        x = sec[key]
+        rows.append([f"{key}. {sec['systems'][key]}", _stat(x["latency_ms"]),
+                     _r0(x.get("p95_ms")), _stat(x["new_tokens"], _r0)])
+    lines += _table(["system", "latency ms (p50)", "p95 ms", "tokens prefilled"], rows)
+    e = sec["engine"]
+    lines += ["", f"Engine costs from c: {e['prefill_ms_per_token']:.2f} ms per prefilled "
+                  f"token, {e['decode_ms_per_token']:.2f} ms per decoded token.", ""]
+    return lines
 
 
 def _drift(sec: dict[str, Any]) -> list[str]:

@@ -54,6 +54,8 @@ class IdlePrefill:
         self._job: Job | None = None
         self._job_target: list[int] | None = None
         self._kick_task: asyncio.Task[None] | None = None
+        self._held_until = 0.0
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     # -- edit stream -------------------------------------------------------------------------
@@ -122,10 +124,22 @@ class IdlePrefill:
     def running(self) -> bool:
         return self._job is not None and not self._job.future.done()
 
+    def hold(self, seconds: float) -> None:
+        """Start no background prefill for ``seconds`` (inline completions are coming: the
+        chat prefix would take the live sequence from them at every keystroke); it resumes
+        by itself afterwards."""
+        loop = asyncio.get_running_loop()
+        self._held_until = max(self._held_until, loop.time() + seconds)
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+        self._hold_timer = loop.call_at(self._held_until, self.kick)
+
     def kick(self) -> None:
         """(Re)start the background prefill of the current target if it is not resident."""
         if self._closed or self.target is None or not self.enabled:
             return
+        if asyncio.get_running_loop().time() < self._held_until:
+            return  # held for inline completion; the hold timer kicks again
         if self._kick_task is not None and not self._kick_task.done():
             # Already prefilling: if that is for an older target, stop it; the running
             # loop then continues with the newest target (shared chunks stay resident).
@@ -140,6 +154,8 @@ class IdlePrefill:
             target = self.target
             if target is None or self._worker.session is None:
                 return
+            if asyncio.get_running_loop().time() < self._held_until:
+                return  # the hold timer kicks again
             pending = self.pending_tokens()
             if pending > 0:
                 await self._prefill(target, pending)
@@ -169,6 +185,8 @@ class IdlePrefill:
 
     def close(self) -> None:
         self._closed = True
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
         if self._timer is not None:
             self._timer.cancel()
         if self._job is not None:

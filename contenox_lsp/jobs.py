@@ -48,7 +48,9 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
     """
     n_batch = session.profile.n_batch
     step = max(16, min(n_batch, step or n_batch))
-    pos = common_prefix_length(session.resident_tokens, tokens)
+    # Where the engine will start: the live sequence or a parked branch (a first step that
+    # ended before a branch's end would restore only that much of it).
+    pos = session.warm_prefix(tokens)
     reused: int | None = None
     miss: str | None = None
     prefill_ms = 0.0

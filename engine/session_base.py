@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from contextasm.identity import ContextIdentity
+from contextasm.manifest import common_prefix_length
 from engine.errors import ContextOverflowError, InvalidBatchError, InvalidSessionStateError
 
 
@@ -73,3 +74,15 @@ class SessionBase:
     @property
     def resident_identity(self) -> ContextIdentity | None:
         return self._resident_identity
+
+    def _live_warm_prefix(self, tokens: Sequence[int], identity: ContextIdentity,
+                          granularity: int) -> int:
+        """The live sequence's part of ``warm_prefix``: the common prefix (none after an
+        identity change), within the reusable resident tokens, in whole reuse blocks, never
+        the last prompt token (its logits are computed again)."""
+        if self._resident_identity is not None and self._resident_identity != identity:
+            return 0
+        n = min(common_prefix_length(self._tokens, tokens), self.reusable_resident,
+                len(tokens) - 1)
+        g = max(1, granularity)
+        return max(0, n) // g * g

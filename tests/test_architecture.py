@@ -13,8 +13,10 @@ import pytest
 
 PACKAGES = ("contenox_lsp", "contenox_bench", "contextasm", "engine", "repo_index")
 
-#: What the benchmark may import from the server: the CLI-facing and protocol modules.
-SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol"}
+#: What the benchmark may import from the server: the protocol tweaks its LSP client needs,
+#: and the completion prompt layout (its typing trace rebuilds the server's prompts).
+SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completion.prompt",
+                 "contenox_lsp.completion.window"}
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
-GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead"}
+GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
+         "completion_latency", "completion_vs_lcp", "completion_prefill"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -104,8 +105,29 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     for title in ("## Goals", "## 1. Runtime report", "## 2. Suffix-growth curve",
                   "## 3. Edit-trace replay", "## 4. Scaling note",
                   "## 5. Backends: llama.cpp vs OpenVINO",
-                  "## 6. Drift: warm vs cold per reuse path"):
+                  "## 6. Drift: warm vs cold per reuse path",
+                  "## 7. Typing trace: inline completion"):
         assert title in md
+
+
+@pytest.mark.timeout(3600)
+def test_quick_report_typing_section(quick_report: tuple[Path, dict[str, Any], str]) -> None:
+    """Inline completion while a function body is typed: a real server, every request
+    answered, the three systems measured on the same requests (structure, never timings)."""
+    _, r, _ = quick_report
+    sec = r["sections"]["typing"]
+    assert sec["status"] == "ok", sec["status"]
+    assert sec["requests"] >= 4 and 0 < sec["model_calls"] <= sec["requests"]
+    assert _is_stat(sec["a"]["latency_ms"]) and sec["a"]["latency_ms"]["n"] == sec["requests"]
+    for key in ("c", "d"):
+        assert _is_stat(sec[key]["latency_ms"]) and sec[key]["latency_ms"]["n"] == sec["model_calls"]
+    # After the first request the completion prefix is warm: later ones prefill far less
+    # than the whole prompt (what c prefills every time).
+    assert sec["a"]["new_tokens"]["min"] < sec["c"]["new_tokens"]["min"]
+    assert sec["server_completion_status"]["mode"] == "prefix"
+    ids = {g["id"]: g for g in r["goals"]}
+    for gid in ("completion_latency", "completion_vs_lcp", "completion_prefill"):
+        assert ids[gid]["status"] in ("met", "not met"), ids[gid]
 
 
 @pytest.mark.timeout(3600)
@@ -188,8 +210,10 @@ def test_quick_report_on_the_openvino_backend(tmp_path: Path, ov_model_dir: Path
     assert r["profile"]["values"]["profile.backend"] == "openvino"
     failed = {n: s["status"] for n, s in r["sections"].items()
               if not str(s["status"]).startswith(("ok", "skipped"))}
-    # The drift section compares llama.cpp's reuse modes: it says so on OpenVINO.
+    # The drift section compares llama.cpp's reuse modes, the typing trace its completion
+    # branches: both say so on OpenVINO.
     assert failed.pop("drift", "").startswith("not applicable: ")
+    assert failed.pop("typing", "").startswith("not applicable: ")
     assert not failed, failed
 
     rt = r["sections"]["runtime"]

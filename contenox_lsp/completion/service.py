@@ -41,6 +41,11 @@ class CompletionHost(Protocol):
     async def session(self) -> Session: ...
     async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
 
+#: While completions keep coming (the user is typing), the repository context of the prompt
+#: stays as it was for up to this long after the last one: the repo map changes as the file
+#: being typed goes in and out of parsing, and every change would re-prefill the whole prompt.
+STICKY_CONTEXT_S = 3.0
+
 CHAT_BRANCH = "chat"
 COMPLETION_BRANCH = "completion"
 
@@ -72,6 +77,7 @@ class CompletionStats:
     lastReusedTokens: int | None = None
     lastPromptTokens: int | None = None
     lastContextTokens: int | None = None
+    lastDecodeTokens: int | None = None
     mode: str | None = None
 
 
@@ -96,6 +102,15 @@ class CompletionService:
         self._ids = itertools.count(1)
         self.last: Shown | None = None
         self.stats = CompletionStats()
+        self._context: str | None = None
+        self._last_request = 0.0
+
+    def _repo_context(self, now: float) -> str:
+        fresh = repo_context(self._rt.idle.assembly)
+        if self._context is None or now - self._last_request > STICKY_CONTEXT_S:
+            self._context = fresh
+        self._last_request = now
+        return self._context
 
     # -- typed-through ----------------------------------------------------------------------
 
@@ -129,28 +144,27 @@ class CompletionService:
         session = await rt.session()
         profile = session.profile
         mode = choose_mode(profile.completion_mode, session.fim_tokens)
-        context = repo_context(rt.idle.assembly)
+        context = self._repo_context(time.monotonic())
 
-        def build(_svc: Any) -> CompletionPrompt:
-            return build_prompt(session, context, rel, win, mode)
-
-        prompt = await rt.context.call(build)
         max_tokens = profile.completion_max_tokens
         deadline_s = profile.completion_timeout_ms / 1000.0
         chat_target = rt.idle.target
 
-        def job(s: Session, j: Job) -> tuple[Any, str, int]:
+        def job(s: Session, j: Job) -> tuple[CompletionPrompt, Any, str, int]:
+            # Tokenized here, on the engine thread: the context thread may be busy
+            # re-assembling the chat context after the same keystroke.
+            prompt = build_prompt(s, context, rel, win, mode)
             _park_chat(s, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
             raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
             if s.capabilities.get("branches", False) and s.n_resident > 0:
                 s.branch_save(COMPLETION_BRANCH)  # the next keystroke restores it
-            return stats, raw, n
+            return prompt, stats, raw, n
 
-        try:
-            stats, raw, n_gen = await rt.run_user_job(job, "completion")
-        finally:
-            rt.idle.kick()  # bring the chat prefix back live (a branch restore)
+        # While the user types, completions keep the live sequence; the chat prefix (parked)
+        # is brought back once they pause.
+        rt.idle.hold(STICKY_CONTEXT_S)
+        prompt, stats, raw, n_gen = await rt.run_user_job(job, "completion")
         text = finish(heal(raw, prompt.healed), win, previous_line)
         latency = (time.perf_counter() - t0) * 1000.0
         st = self.stats
@@ -159,6 +173,7 @@ class CompletionService:
         st.lastReusedTokens = stats.reused_tokens
         st.lastPromptTokens = len(prompt.tokens)
         st.lastContextTokens = prompt.context_tokens
+        st.lastDecodeTokens = n_gen
         st.mode = prompt.mode
         metrics = {"latencyMs": st.lastLatencyMs, "newTokens": stats.new_tokens,
                    "reusedTokens": stats.reused_tokens, "promptTokens": len(prompt.tokens),

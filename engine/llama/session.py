@@ -394,6 +394,12 @@ class LlamaSession(SessionBase):
         self._exact_tokens = min(self._exact_tokens, n)
         return n, reason, restored
 
+    def warm_prefix(self, tokens: Sequence[int]) -> int:
+        toks = list(tokens)
+        n = self._live_warm_prefix(toks, self.identity, self._chunk)
+        best = self._best_branch(toks, self.identity)
+        return max(n, best[1]) if best is not None else n
+
     def _reusable(self, common: int, computed: int, toks: Sequence[int]) -> int:
         """Of ``common`` matching resident tokens, how many this prefill keeps: not the last
         prompt token (its logits are needed, so it is re-decoded), not past ``computed`` (the

@@ -600,6 +600,9 @@ class OpenVinoSession(SessionBase):
     def branches(self) -> list[BranchInfo]:
         return []
 
+    def warm_prefix(self, tokens: Sequence[int]) -> int:
+        return self._live_warm_prefix(tokens, self.identity, self._block)
+
     @property
     def fim_tokens(self) -> FimTokens | None:
         """OpenVINO's tokenizer has no FIM API: a known family's three token texts must each

@@ -189,6 +189,7 @@ export interface CompletionStatus {
   lastReusedTokens: number | null;
   lastPromptTokens: number | null;
   lastContextTokens: number | null;
+  lastDecodeTokens: number | null;
   mode: string | null;
   fim: boolean;
   residentBranches: Record<string, number>;

@@ -441,7 +441,7 @@ describe('format', () => {
     assert.equal(statusBarView(undefined, false).text, '$(circle-slash) Contenox: off');
     const completion = { requests: 3, shown: 2, accepted: 1, partiallyAccepted: 0, typedThrough: 1,
       skippedBusy: 0, lastLatencyMs: 87.4, lastNewTokens: 9, lastReusedTokens: 800, lastPromptTokens: 809,
-      lastContextTokens: 300, mode: 'prefix', fim: false, residentBranches: { chat: 711, completion: 809 } };
+      lastContextTokens: 300, lastDecodeTokens: 4, mode: 'prefix', fim: false, residentBranches: { chat: 711, completion: 809 } };
     assert.equal(statusBarView({ ...STATUS, completion }, true).text,
       '$(zap) gemma-3-270m-it-Q4_K_M · warm · 711 tok · TTFT 413 ms · $(sparkle) 87 ms');
     assert.equal(statusBarView({ ...STATUS, state: 'error', error: 'boom' }, true).isError, true);
