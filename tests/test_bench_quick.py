@@ -120,7 +120,8 @@ def test_quick_report_typing_section(quick_report: tuple[Path, dict[str, Any], s
     assert sec["requests"] >= 4 and 0 < sec["model_calls"] <= sec["requests"]
     assert _is_stat(sec["a"]["latency_ms"]) and sec["a"]["latency_ms"]["n"] == sec["requests"]
     for key in ("c", "d"):
-        assert _is_stat(sec[key]["latency_ms"]) and sec[key]["latency_ms"]["n"] == sec["model_calls"]
+        lat = sec[key]["latency_ms"]
+        assert _is_stat(lat) and lat["n"] == sec["model_calls"]
     # After the first request the completion prefix is warm: later ones prefill far less
     # than the whole prompt (what c prefills every time).
     assert sec["a"]["new_tokens"]["min"] < sec["c"]["new_tokens"]["min"]
