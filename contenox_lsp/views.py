@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from contenox_lsp.completion.prompt import choose_mode
 from engine.session import reusable_prefix
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def explain_view(
         "capabilities": dict(session.capabilities),
         # Parked prefixes kept resident beside the live one (chat, completion), in tokens.
         "branches": {b.name: b.tokens for b in session.branches()},
+        # The inline-completion prompt layout this model gets: "fim" or "prefix".
+        "completionMode": choose_mode(session.profile.completion_mode, session.fim_tokens),
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,

@@ -80,6 +80,8 @@ async def test_a_completion_then_a_keystroke_prefills_only_the_new_tokens(
     assert item["command"]["command"] == "contenox.acceptCompletion"
     st = await completion_status(client)
     assert st["shown"] == 1 and st["mode"] == "prefix" and st["fim"] is False
+    explained = await request(client, "contenox/explainContext", None)
+    assert explained["completionMode"] == "prefix"  # the embedded base model has no FIM tokens
 
     # One more character, not the start of the suggestion: a model call that reuses the
     # whole prompt except its last reuse block and the new character.

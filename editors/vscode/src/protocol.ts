@@ -94,6 +94,7 @@ export interface ExplainResult {
   reuseGranularity?: number;
   capabilities?: Capabilities;
   branches?: Record<string, number>;
+  completionMode?: 'prefix' | 'fim' | string;
   segments: Segment[];
   dropped?: DroppedSegment[];
 }
