@@ -134,7 +134,11 @@ async def test_a_new_request_supersedes_the_running_one(client: LanguageClient) 
     except JsonRpcRequestCancelled:
         superseded = {"items": []}
     assert superseded == {"items": []}
+    # The newer request is served, not skipped as "busy" behind the one it superseded.
+    before = await completion_status(client)
     assert isinstance((await second)["items"], list)
+    after = await completion_status(client)
+    assert after["skippedBusy"] == before["skippedBusy"] == 0
 
 
 async def test_accepting_is_counted(client: LanguageClient) -> None:

@@ -46,6 +46,7 @@ class CompletionHost(Protocol):
 #: being typed goes in and out of parsing, and every change would re-prefill the whole prompt.
 STICKY_CONTEXT_S = 3.0
 
+JOB_LABEL = "completion"
 CHAT_BRANCH = "chat"
 COMPLETION_BRANCH = "completion"
 
@@ -138,9 +139,10 @@ class CompletionService:
         t0 = time.perf_counter()
         self.stats.requests += 1
         busy = rt.worker.busy_with
-        if busy is not None and busy.priority == Priority.USER:
+        if busy is not None and busy.priority == Priority.USER and busy.label != JOB_LABEL:
             self.stats.skippedBusy += 1
-            return Outcome(None, None)  # never wait behind an ask
+            return Outcome(None, None)  # never wait behind an ask (a superseded completion
+            # ahead of this one stops within one batch)
         session = await rt.session()
         profile = session.profile
         mode = choose_mode(profile.completion_mode, session.fim_tokens)
@@ -164,7 +166,7 @@ class CompletionService:
         # While the user types, completions keep the live sequence; the chat prefix (parked)
         # is brought back once they pause.
         rt.idle.hold(STICKY_CONTEXT_S)
-        prompt, stats, raw, n_gen = await rt.run_user_job(job, "completion")
+        prompt, stats, raw, n_gen = await rt.run_user_job(job, JOB_LABEL)
         text = finish(heal(raw, prompt.healed), win, previous_line)
         latency = (time.perf_counter() - t0) * 1000.0
         st = self.stats
