@@ -1,4 +1,4 @@
-"""``contenox-lsp bench``: run the five sections and write report.json, report.md and plots."""
+"""``contenox-lsp bench``: run every section and write report.json, report.md and plots."""
 
 from __future__ import annotations
 
