@@ -21,7 +21,7 @@ from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choos
 from contenox_lsp.completion.window import CursorWindow
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
-from contenox_lsp.jobs import chunked_prefill
+from contenox_lsp.jobs import PrefillStats, chunked_prefill
 from contenox_lsp.worker import EngineWorker, Job, Priority
 from contextasm import Assembly, SegmentKind
 from contextasm.manifest import common_prefix_length
@@ -152,7 +152,7 @@ class CompletionService:
         deadline_s = profile.completion_timeout_ms / 1000.0
         chat_target = rt.idle.target
 
-        def job(s: Session, j: Job) -> tuple[CompletionPrompt, Any, str, int]:
+        def job(s: Session, j: Job) -> tuple[CompletionPrompt, PrefillStats, str, int]:
             # Tokenized here, on the engine thread: the context thread may be busy
             # re-assembling the chat context after the same keystroke.
             prompt = build_prompt(s, context, rel, win, mode)
