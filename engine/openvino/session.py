@@ -174,8 +174,6 @@ class OpenVinoSession(SessionBase):
         self._prefill_started = 0.0
         self._request_id = 0
         self.metrics = SessionMetrics()
-        self._fim: FimTokens | None = None
-        self._fim_checked = False
         self.metrics.extra["reuse_accounting"] = (
             "engine-side: common prefix with the last prefilled prompt, whole KV blocks; "
             "OpenVINO does not report per-request prefix-cache hits"
@@ -187,7 +185,10 @@ class OpenVinoSession(SessionBase):
         self._tokenizer: Any = pipe.get_tokenizer()
         self._bos = int(self._tokenizer.get_bos_token_id())
         self._eos = int(self._tokenizer.get_eos_token_id())
-        self._vocab_size = len(self._tokenizer.get_vocab_vector())
+        vocab = list(self._tokenizer.get_vocab_vector())
+        self._vocab_size = len(vocab)
+        # Once, here on the engine's thread: status views read it from any thread.
+        self._fim = _fim_from_vocab(vocab)
         self._control = _control_tokens(model_dir)
         facts = _folder_facts(model_dir)
         self._tokenizer_digest = facts["tokenizer_digest"]
@@ -605,17 +606,19 @@ class OpenVinoSession(SessionBase):
 
     @property
     def fim_tokens(self) -> FimTokens | None:
-        """OpenVINO's tokenizer has no FIM API: a known family's three token texts must each
-        be one token of the vocabulary."""
-        if self._fim_checked:
-            return self._fim
-        self._fim_checked = True
-        for texts in KNOWN_FIM_TEXTS:
-            ids = [self.tokenize(t, special=True) for t in texts]
-            if all(len(i) == 1 for i in ids):
-                self._fim = FimTokens(ids[0][0], ids[1][0], ids[2][0])
-                break
         return self._fim
+
+
+def _fim_from_vocab(vocab: list[str]) -> FimTokens | None:
+    """OpenVINO's tokenizer has no FIM API: a known family's three token texts must each be a
+    token of the vocabulary."""
+    index = {text: i for i, text in enumerate(vocab)}
+    for texts in KNOWN_FIM_TEXTS:
+        ids = [index.get(t) for t in texts]
+        if all(i is not None for i in ids):
+            pre, suf, mid = (int(i) for i in ids if i is not None)
+            return FimTokens(pre, suf, mid)
+    return None
 
 
 def _perf(handle: Any) -> dict[str, float]:
