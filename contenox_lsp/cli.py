@@ -223,7 +223,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         m = outcome.metrics
         print(
-            f"[{m['reusedTokens']} of {m['totalTokens']} prompt tokens reused, "
+            f"[{m['reusedTokens']} of {m['promptTokens']} prompt tokens reused, "
             f"ttft {m['ttftMs']:.0f} ms, {m['decodeTokensPerSecond']:.1f} tok/s]",
             file=sys.stderr,
         )

@@ -227,3 +227,18 @@ def test_cli_rejects_file_outside_workspace(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "outside the workspace" in out.stderr
     assert out.stdout == ""
+
+
+def test_cli_ask_streams_the_answer_and_summarises_on_stderr(tmp_path: Path) -> None:
+    """The README's main job: the answer on stdout, one summary line on stderr."""
+    repo = make_repo(tmp_path / "repo")
+    out = subprocess.run(
+        [sys.executable, "-m", "contenox_lsp", "ask", "Where is the JSON scanner?",
+         "--workspace", str(repo), "--map-tokens", "128", "--max-tokens", "4"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "CONTENOX_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith("\n")
+    summary = [ln for ln in out.stderr.splitlines() if "prompt tokens reused" in ln]
+    assert len(summary) == 1 and "ttft" in summary[0], out.stderr
