@@ -185,7 +185,7 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
             if startup_s is None:
                 # Before the first ask the user is reading the code: each system gets until
                 # it is ready (a: warm, the stable context prefilled; b: model and index loaded).
-                await _wait_ready(client, options["prefillOnIdle"], tc.startup_timeout_s)
+                await wait_ready(client, options["prefillOnIdle"], tc.startup_timeout_s)
                 startup_s = time.perf_counter() - t_start
             await asyncio.sleep(tc.idle_gap_s)
             st = await client.request("contenox/status", None)
@@ -243,7 +243,7 @@ def _insert(text: str, line: int, col: int, piece: str) -> str:
     return "\n".join(lines)
 
 
-async def _wait_ready(client: EditorClient, warm: bool, timeout: float) -> None:
+async def wait_ready(client: EditorClient, warm: bool, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = await client.request("contenox/status", None)

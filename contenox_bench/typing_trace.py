@@ -34,6 +34,7 @@ from contenox_bench.config import BenchConfig
 from contenox_bench.lspclient import EditorClient
 from contenox_bench.progress import Progress
 from contenox_bench.stats import ratio, summary
+from contenox_bench.trace import wait_ready
 from contenox_bench.trace_script import copy_stdlib_part
 from contenox_lsp.completion.prompt import build_prompt
 from contenox_lsp.completion.window import cursor_window
@@ -108,7 +109,7 @@ async def _server(root: Path, path: Path, doc: str, body: list[str], first_line:
     context_text = ""
     try:
         client.did_open(path, doc)
-        await _wait_warm(client)
+        await wait_ready(client, True, 900.0)
         explained = await client.request("contenox/explainContext", {"includeText": True})
         context_text = "".join(s.get("text", "") for s in explained["segments"]
                                if s["kind"] in ("repo_map", "pinned"))
@@ -148,16 +149,6 @@ async def _server(root: Path, path: Path, doc: str, body: list[str], first_line:
     finally:
         await client.close()
     return {"rows": rows, "context_text": context_text, "status": status.get("completion")}
-
-
-async def _wait_warm(client: EditorClient, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = await client.request("contenox/status", None)
-        if s["state"] == "warm" and not s["contextStale"] and s["index"]["state"] == "ready":
-            return
-        await asyncio.sleep(0.2)
-    raise TimeoutError("the server did not become warm")
 
 
 async def _complete(client: EditorClient, path: Path, line: int, col: int,

@@ -9,7 +9,6 @@ is listed and restored by the server.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,7 +20,6 @@ import pytest_asyncio
 from pytest_lsp import LanguageClient
 from test_lsp_support import (
     FAST_OPTIONS,
-    copy_stdlib_json,
     open_doc,
     request,
     server_env,
@@ -29,24 +27,15 @@ from test_lsp_support import (
     stop_client,
     wait_warm,
 )
+from test_workspace_session import make_repo
 
 QUESTION = "What does JSONObject return?"
 LINE = 140  # 1-based, inside JSONObject in json/decoder.py
 
 
-def _git(root: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, env=env)
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = copy_stdlib_json(tmp_path_factory.mktemp("golden"))
-    (root / "AGENTS.md").write_text("Keep answers short. Python 3.11.\n", "utf-8")
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "init")
+    root = make_repo(tmp_path_factory.mktemp("golden") / "ws")
     # An uncommitted edit, so the diff segment is not empty.
     init = root / "json" / "__init__.py"
     init.write_text(init.read_text("utf-8") + "\n# local note\n", "utf-8")

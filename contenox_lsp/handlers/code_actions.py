@@ -20,6 +20,7 @@ from contenox_lsp.handlers.common import (
     remove_pins,
     run_cancellable,
     runtime,
+    single_arg,
     text_of,
     turn_for,
 )
@@ -94,7 +95,7 @@ async def cmd_explain(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 
 
 async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
-    arg = _single_arg(args, CMD_FIX)
+    arg = single_arg(args, CMD_FIX)
     uri = P.req_str(arg, "uri", "arguments[0]")
     diag = P.diagnostic(arg.get("diagnostic"), "arguments[0].diagnostic")
     path = ls.checked_path(uri)
@@ -160,13 +161,13 @@ async def cmd_docstring(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 
 
 async def cmd_pin(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
-    arg = _single_arg(args, CMD_PIN)
+    arg = single_arg(args, CMD_PIN)
     return await add_pin(ls, P.req_str(arg, "uri", "arguments[0]"),
                          P.opt_range(arg, "range", "arguments[0]"))
 
 
 async def cmd_unpin(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
-    arg = _single_arg(args, CMD_UNPIN)
+    arg = single_arg(args, CMD_UNPIN)
     return remove_pins(ls, P.req_str(arg, "uri", "arguments[0]"),
                        P.opt_range(arg, "range", "arguments[0]"))
 
@@ -233,14 +234,8 @@ async def _apply(ls: ContenoxServer, uri: str, rng: types.Range, new_text: str,
     return applied
 
 
-def _single_arg(args: tuple[Any, ...], cmd: str) -> dict[str, Any]:
-    if len(args) != 1 or not isinstance(args[0], dict):
-        raise P.invalid(f"{cmd} expects one argument object, got {len(args)} arguments")
-    return args[0]
-
-
 def _loc_arg(args: tuple[Any, ...], cmd: str) -> tuple[str, types.Range]:
-    arg = _single_arg(args, cmd)
+    arg = single_arg(args, cmd)
     uri = P.req_str(arg, "uri", "arguments[0]")
     rng = P.range_(arg.get("range"), "arguments[0].range")
     return uri, rng

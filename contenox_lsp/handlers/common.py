@@ -43,6 +43,13 @@ async def run_cancellable(ls: ContenoxServer, work: Awaitable[T]) -> T:
         ls.untrack(msg_id)
 
 
+def single_arg(args: tuple[Any, ...], cmd: str) -> dict[str, Any]:
+    """The one argument object of a ``workspace/executeCommand`` command."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        raise P.invalid(f"{cmd} expects one argument object, got {len(args)} arguments")
+    return args[0]
+
+
 def text_of(ls: ContenoxServer, path: Path) -> str | None:
     """The text the developer sees: the open buffer, else the file on disk."""
     doc = open_document(ls.workspace, path)

@@ -16,7 +16,7 @@ from lsprotocol import types
 from contenox_lsp import params as P
 from contenox_lsp.completion.window import cursor_window
 from contenox_lsp.documents import open_document
-from contenox_lsp.handlers.common import run_cancellable
+from contenox_lsp.handlers.common import run_cancellable, single_arg
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 
@@ -84,9 +84,7 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
 
 
 async def accept_completion(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
-    if len(args) != 1 or not isinstance(args[0], dict):
-        raise P.invalid(f"{CMD_ACCEPT} expects one argument object {{id, acceptedLength?}}")
-    arg = args[0]
+    arg = single_arg(args, CMD_ACCEPT)
     completion_id = P.opt_int(arg, "id", "arguments[0]", 0, 2**31 - 1)
     if completion_id is None:
         raise P.invalid("arguments[0].id is required")
