@@ -147,3 +147,30 @@ def test_the_prefix_prompt_ends_with_the_code_before_the_cursor(llama_session: A
                           "prefix")
     # One more character changes only the end.
     assert common_prefix_length(prompt.tokens, longer.tokens) >= len(prompt.tokens) - 2
+
+
+def test_a_completion_after_branch_switches_equals_a_cold_run(llama_session: Any) -> None:
+    """The completion's reuse path (chat parked, completion branch restored by a chunked
+    prefill that starts at warm_prefix) gives the cold run's greedy tokens."""
+    from contenox_lsp.jobs import chunked_prefill
+    from contenox_lsp.worker import Job, Priority
+
+    s = llama_session
+    job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
+    chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
+    first = build_prompt(s, "# map\n", "m.py", cursor_window(SOURCE, 120, 4), "prefix").tokens
+    typed = build_prompt(s, "# map\n", "m.py", cursor_window(SOURCE, 120, 5), "prefix").tokens
+    s.reset()
+    s.prefill(chat)
+    s.branch_save("chat")
+    chunked_prefill(s, first, job, lambda _p: None)
+    s.generate(4)
+    s.branch_save("completion")
+    s.prefill([*chat, s.tokenize(" x", add_bos=False)[0]])  # the chat side takes the live seq
+    assert s.warm_prefix(typed) >= len(first) - 2 * s.reuse_granularity
+    stats = chunked_prefill(s, typed, job, lambda _p: None)
+    assert stats.reused_tokens >= len(first) - 2 * s.reuse_granularity
+    warm = s.generate(8).tokens
+    s.reset()
+    s.prefill(typed)
+    assert warm == s.generate(8).tokens
