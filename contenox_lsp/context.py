@@ -4,6 +4,11 @@ All repo-index access and all assembly run on a single dedicated thread, in subm
 edits are applied to the index in the order they arrived, and the index is never read while
 it is being updated. Editor state (open buffers, pins) is captured on the event loop first
 (``turn.WorkspaceState``) because pygls's workspace is not thread-safe.
+
+Edits coalesce: while a buffer change waits for the thread, later changes of the same file
+fold into it (the newest text, the incremental edits appended), so a backlog of keystrokes
+costs one re-index of the latest text instead of one per keystroke, and holds one copy of
+the text instead of thousands.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +31,25 @@ logger = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int, str], None]
 T = TypeVar("T")
 
+#: Past this many folded incremental edits, the re-index parses the text afresh instead.
+MAX_FOLDED_EDITS = 256
+
+
+@dataclass
+class _BufferChange:
+    """A buffer change waiting for the context thread; later ones fold into it."""
+
+    text: str
+    edits: list[dict[str, Any]] | None
+    encoding: str
+
+    def fold(self, text: str, edits: list[dict[str, Any]] | None) -> None:
+        self.text = text
+        if self.edits is None or edits is None or len(self.edits) + len(edits) > MAX_FOLDED_EDITS:
+            self.edits = None  # a full parse of the newest text
+        else:
+            self.edits = self.edits + edits
+
 
 class ContextService:
     def __init__(self, roots: list[Path], repo_map_tokens: int) -> None:
@@ -34,6 +60,10 @@ class ContextService:
         self.index_state = "idle"  # idle | building | ready | error
         self.index_error: str | None = None
         self.index_files = 0
+        self.folded_changes = 0
+        """Buffer changes folded into a waiting one since start (status/diagnostics)."""
+        self._waiting: dict[Path, _BufferChange] = {}
+        self._waiting_lock = threading.Lock()
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -66,17 +96,35 @@ class ContextService:
         self.index_files = len(index.files())
 
     def update(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
-               encoding: str = "utf-16") -> concurrent.futures.Future[Any]:
-        return self._post(self._update, path, text, edits, encoding)
+               encoding: str = "utf-16") -> None:
+        with self._waiting_lock:
+            waiting = self._waiting.get(path)
+            if waiting is not None and waiting.encoding == encoding:
+                waiting.fold(text, edits)
+                self.folded_changes += 1
+                return
+            change = self._waiting[path] = _BufferChange(text, edits, encoding)
+        self._post(self._apply_change, path, change)
 
-    def _update(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
-                encoding: str) -> None:
+    def _apply_change(self, path: Path, change: _BufferChange) -> None:
+        with self._waiting_lock:
+            # From here on, a new change of this file waits for the next turn of the thread.
+            if self._waiting.get(path) is change:
+                del self._waiting[path]
+            text, edits, encoding = change.text, change.edits, change.encoding
         if self.index is None:
             return
         self.index.update(str(path), text, edits=edits, position_encoding=encoding)
         self._after_change()
 
+    def _close_waiting(self, path: Path) -> None:
+        """An operation other than a buffer change is queued for ``path``: a later buffer
+        change must run after it, so it may not fold into one queued before."""
+        with self._waiting_lock:
+            self._waiting.pop(path, None)
+
     def update_from_disk(self, path: Path) -> concurrent.futures.Future[Any]:
+        self._close_waiting(path)
         return self._post(self._update_from_disk, path)
 
     def _update_from_disk(self, path: Path) -> None:
@@ -89,6 +137,7 @@ class ContextService:
         self._after_change()
 
     def remove(self, path: Path) -> concurrent.futures.Future[Any]:
+        self._close_waiting(path)
         return self._post(self._remove, path)
 
     def _remove(self, path: Path) -> None:

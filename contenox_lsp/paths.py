@@ -18,7 +18,7 @@ def uri_to_path(uri: str) -> Path:
     if not uri.startswith("file:"):
         raise OutsideWorkspaceError(f"{uri!r} is not a file:// URI, outside the workspace")
     fs = to_fs_path(uri)
-    if not fs:
+    if not fs or "\0" in fs:  # %00: no file has that name (and os calls would raise)
         raise OutsideWorkspaceError(f"{uri!r} is not a valid file URI, outside the workspace")
     return Path(fs)
 

@@ -8,11 +8,16 @@ imports no feature: ``app.build_server`` registers the handlers of ``contenox_ls
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lsprotocol import types
+from pygls.exceptions import FeatureRequestError
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from contenox_lsp import __version__
@@ -24,7 +29,10 @@ from contenox_lsp.pins import PinSet
 from contenox_lsp.progress import Reporter, WorkDone
 from contenox_lsp.protocol import ContenoxProtocol, raw_converter
 from contenox_lsp.runtime import Runtime
+from contenox_lsp.transport import read_loop, stdin_reader, stream_reader
 from contenox_lsp.turn import PinState, WorkspaceState
+
+logger = logging.getLogger(__name__)
 
 #: JSON-RPC request ids as pygls hands them to handlers.
 MsgId = int | str
@@ -53,6 +61,54 @@ class ContenoxServer(LanguageServer):
         # an empty list instead of RequestCancelled).
         self.completion_task: asyncio.Task[Any] | None = None
         self.completion_superseded: asyncio.Task[Any] | None = None
+
+    @property
+    def rpc(self) -> ContenoxProtocol:
+        """The protocol, typed as this server's."""
+        assert isinstance(self.protocol, ContenoxProtocol)
+        return self.protocol
+
+    # -- transports: pygls's, on this server's framing layer (contenox_lsp.transport) ---------
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        self._stop_event = stop = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        read = stdin_reader(stdin or sys.stdin.buffer, self.thread_pool)
+        try:
+            asyncio.run(read_loop(stop, read, self.rpc))
+        except BrokenPipeError:
+            logger.error("the connection to the editor is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def start_tcp(self, host: str, port: int) -> None:
+        self._stop_event = stop = threading.Event()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)
+            await read_loop(stop, stream_reader(reader), self.rpc)
+            self.shutdown()
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            logger.info("serving on %s:%s", host, port)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(serve())
+        except asyncio.CancelledError:
+            pass
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """A notification handler or the transport failed: logged, shown once per kind
+        (pygls shows every one, which floods the editor under malformed input)."""
+        if source is FeatureRequestError:
+            return  # the request's own response carries the error
+        self.rpc.problem(f"{getattr(source, '__name__', source)}/{type(error).__name__}",
+                              str(error) or type(error).__name__)
 
     def start_runtime(self) -> Runtime:
         """The runtime for the negotiated options; its collaborators are this server's."""

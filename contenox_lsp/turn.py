@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from contenox_lsp.paths import relative_to_roots, root_of
 from contextasm import Assembly, ContextInputs, OutputEntry, RepoMap, UserTurn, assemble
 from contextasm import workspace as W
+from repo_index.safe_read import read_regular_file
 
 if TYPE_CHECKING:
     from engine import Session
@@ -71,10 +72,8 @@ class TurnSpec:
 def read_disk(path: Path) -> str | None:
     """A text file's content for a prompt; None when unreadable, too large or binary."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError:
+        data = read_regular_file(path, max_bytes=MAX_FILE_BYTES).data
+    except OSError:  # gone, too large, a FIFO or device, ...
         return None
     if b"\0" in data[:8192]:
         return None

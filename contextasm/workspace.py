@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contextasm.inputs import ContextInputs, OutputEntry, Pin, RepoInstructions, RepoMap, UserTurn
+from repo_index.safe_read import FileTooLarge, read_regular_file
 
 #: Open editor buffers: ``{path: text}``, paths absolute or relative to the workspace root.
 Buffers = Mapping[str, str] | Mapping[Path, str]
@@ -31,6 +32,8 @@ INSTRUCTION_FILES = ("AGENTS.md", ".contenox/instructions.md", "CONTRIBUTING.md"
 MAX_INSTRUCTIONS_CHARS = 16_000
 MAX_UNTRACKED_FILE_BYTES = 16 * 1024
 MAX_UNTRACKED_FILES = 100
+#: Files larger than this are never read for a prompt (pins, instructions, diff bases).
+MAX_TEXT_FILE_BYTES = 1_000_000
 MAX_UNTRACKED_TOTAL_BYTES = 128 * 1024
 GIT_TIMEOUT_S = 15.0
 CURSOR_RADIUS = 20
@@ -58,7 +61,7 @@ def default_task_policy() -> str:
 
 def load_system_prompt(root: str | os.PathLike[str]) -> str:
     """``.contenox/system.md`` when present and non-empty, else the built-in default."""
-    text = _read_text(Path(root) / SYSTEM_PROMPT_FILE)
+    text = _read_text(Path(root) / SYSTEM_PROMPT_FILE, Path(root))
     if text is not None and text.strip():
         return text
     return DEFAULT_SYSTEM_PROMPT
@@ -69,7 +72,7 @@ def load_repo_instructions(
 ) -> RepoInstructions | None:
     """The first non-empty of ``INSTRUCTION_FILES``, cut at a line boundary to ``max_chars``."""
     for name in INSTRUCTION_FILES:
-        text = _read_text(Path(root) / name)
+        text = _read_text(Path(root) / name, Path(root))
         if text is None or not text.strip():
             continue
         text = text.replace("\r\n", "\n")
@@ -185,15 +188,20 @@ def untracked_files_diff(root: str | os.PathLike[str]) -> str:
         if i >= MAX_UNTRACKED_FILES or total >= MAX_UNTRACKED_TOTAL_BYTES:
             out.append(f"({len(names) - i} more untracked files not shown)\n")
             break
-        path = root / rel
+        # git lists an untracked symlink as a file: it is read only when its target lies
+        # inside the workspace too, and only when that is a regular file.
         try:
-            data = path.read_bytes()
+            data = read_regular_file(root / rel, max_bytes=MAX_UNTRACKED_FILE_BYTES,
+                                     roots=[root]).data
+        except FileTooLarge:
+            out.append(f"diff --untracked a/{rel} b/{rel}\nnew file (large, over "
+                       f"{MAX_UNTRACKED_FILE_BYTES} bytes, not shown)\n")
+            continue
         except OSError:
             continue
-        if len(data) > MAX_UNTRACKED_FILE_BYTES or b"\0" in data[:8192]:
-            why = "binary" if b"\0" in data[:8192] else "large"
+        if b"\0" in data[:8192]:
             out.append(
-                f"diff --untracked a/{rel} b/{rel}\nnew file ({why}, {len(data)} bytes, "
+                f"diff --untracked a/{rel} b/{rel}\nnew file (binary, {len(data)} bytes, "
                 "not shown)\n"
             )
             continue
@@ -214,7 +222,7 @@ def buffers_diff(root: str | os.PathLike[str], buffers: Buffers) -> str:
         rels[rel] = text
     out: list[str] = []
     for rel in sorted(rels):
-        disk = _read_text(root / rel)
+        disk = _read_text(root / rel, root)
         text = rels[rel]
         if disk is not None and disk.splitlines() == text.splitlines():
             continue
@@ -280,9 +288,10 @@ def _ensure_newline(text: str) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-def _read_text(path: Path) -> str | None:
+def _read_text(path: Path, root: Path) -> str | None:
+    """A file's text when it is a regular file whose real path lies under ``root``."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, max_bytes=MAX_TEXT_FILE_BYTES, roots=[root]).data
     except OSError:
         return None
     return data.decode("utf-8", errors="replace")
@@ -309,7 +318,7 @@ def file_text(
     for name, text in (buffers or {}).items():
         if rel is not None and workspace_relative(root, name) == rel:
             return text
-    return _read_text(root / rel if rel is not None else Path(path))
+    return None if rel is None else _read_text(root / rel, root)
 
 
 def load_pin(

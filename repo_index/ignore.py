@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 from pathspec import GitIgnoreSpec
 
+from repo_index.safe_read import read_regular_file
+
 log = logging.getLogger(__name__)
 
 DEFAULT_IGNORES: tuple[str, ...] = (
@@ -62,8 +64,8 @@ class _Layer:
 
 def _read_lines(path: str) -> list[str] | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().splitlines()
+        data = read_regular_file(path).data
+        return data.decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return None
     except OSError as exc:

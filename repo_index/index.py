@@ -27,6 +27,7 @@ from repo_index.rank import Ranking, rank
 from repo_index.records import FileRecord
 from repo_index.render import Candidates, FileView, ItemKey, RepoMap, render
 from repo_index.results import BuildReport, Location, Symbol
+from repo_index.safe_read import read_regular_file
 from repo_index.textedit import ENCODINGS, encode_text
 from repo_index.walker import Skipped
 from repo_index.workspace import Workspace
@@ -353,9 +354,7 @@ class RepoIndex:
         """File contents and mtime; None when it is gone, unreadable or binary; False for a
         folder (nothing to do)."""
         try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                data = fh.read()
+            data, mtime = read_regular_file(path, max_bytes=self.max_file_bytes)
         except FileNotFoundError:
             return None
         except IsADirectoryError:
@@ -363,7 +362,7 @@ class RepoIndex:
         except OSError as exc:
             log.warning("cannot read %s: %s", path, exc)
             return None
-        return None if pool.is_binary(data) else (data, st.st_mtime_ns)
+        return None if pool.is_binary(data) else (data, mtime)
 
     def _store(self, path: str, old: FileRecord | None, new: FileRecord) -> bool:
         """Install a changed record; True if anything the map uses changed."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from repo_index import languages
 from repo_index.extract import extract
+from repo_index.safe_read import read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,11 @@ def is_binary(data: bytes) -> bool:
 def index_file(job: Job) -> FileResult:
     path, lang_name, expected = job
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            data = fh.read()
+        # The walker saw a regular file; it may have become a FIFO since (never block).
+        data, mtime = read_regular_file(path, max_bytes=1 << 31)
     except OSError as exc:
         return (path, UNREADABLE, 0, 0, "", "", None, exc.strerror or str(exc))
-    size, mtime = len(data), st.st_mtime_ns
+    size = len(data)
     if is_binary(data):
         return (path, BINARY, size, mtime, "", "", None, BINARY_DETAIL)
     digest = content_digest(data)

@@ -54,9 +54,7 @@ CODE_ACTION_OPTIONS = types.CodeActionOptions(
 
 def code_action(ls: ContenoxServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    path = ls.path_if_inside(uri)
-    if path is None:
-        return []
+    path = ls.checked_path(uri)  # outside the workspace: InvalidParams, like every request
     rng = params.range
     actions: list[types.CodeAction] = []
     loc = {"uri": uri, "range": _range_json(rng)}
@@ -97,6 +95,7 @@ async def cmd_explain(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     arg = single_arg(args, CMD_FIX)
     uri = P.req_str(arg, "uri", "arguments[0]")
+    P.opt_range(arg, "range", "arguments[0]")  # sent by the action; checked, then unused
     diag = P.diagnostic(arg.get("diagnostic"), "arguments[0].diagnostic")
     path = ls.checked_path(uri)
     text = text_of(ls, path)
