@@ -173,5 +173,6 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
             "state": rt.context.index_state,
             "files": rt.context.index_files,
             "error": rt.context.index_error,
+            "foldedChanges": rt.context.folded_changes,
         },
     }
