@@ -17,8 +17,9 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,12 @@ T = TypeVar("T")
 
 #: Past this many folded incremental edits, the re-index parses the text afresh instead.
 MAX_FOLDED_EDITS = 256
+#: A buffer change is re-indexed once its file has been quiet this long (later keystrokes
+#: fold into it meanwhile) or once it has waited ``FOLD_MAX_WAIT_S``. Far below the idle
+#: debounce, so no assembly waits for it in practice; the waiting thread sleeps, which
+#: leaves the event loop (and the GIL) to the incoming edits during a storm.
+FOLD_QUIET_S = 0.03
+FOLD_MAX_WAIT_S = 0.25
 
 
 @dataclass
@@ -42,8 +49,11 @@ class _BufferChange:
     text: str
     edits: list[dict[str, Any]] | None
     encoding: str
+    since: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)
 
     def fold(self, text: str, edits: list[dict[str, Any]] | None) -> None:
+        self.last = time.monotonic()
         self.text = text
         if self.edits is None or edits is None or len(self.edits) + len(edits) > MAX_FOLDED_EDITS:
             self.edits = None  # a full parse of the newest text
@@ -107,6 +117,12 @@ class ContextService:
         self._post(self._apply_change, path, change)
 
     def _apply_change(self, path: Path, change: _BufferChange) -> None:
+        while True:
+            now = time.monotonic()
+            quiet_for = now - change.last
+            if quiet_for >= FOLD_QUIET_S or now - change.since >= FOLD_MAX_WAIT_S:
+                break
+            time.sleep(FOLD_QUIET_S - quiet_for)
         with self._waiting_lock:
             # From here on, a new change of this file waits for the next turn of the thread.
             if self._waiting.get(path) is change:
