@@ -121,6 +121,8 @@ def test_wrong_types_and_outside_uris_are_invalid_params(
         ("workspace/executeCommand", {"command": "contenox.fix", "arguments": [
             {"uri": uri, "range": "x", "diagnostic": diag}]}),
         ("workspace/executeCommand", {"command": "contenox.fix", "arguments": [
+            {"uri": uri, "diagnostic": diag}]}),
+        ("workspace/executeCommand", {"command": "contenox.fix", "arguments": [
             {"uri": uri, "diagnostic": {"range": {"start": {"line": 1.5, "character": 0},
                                                   "end": pos}, "message": "m"}}]}),
         ("workspace/executeCommand", {"command": "contenox.fix", "arguments": [

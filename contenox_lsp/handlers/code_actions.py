@@ -95,7 +95,9 @@ async def cmd_explain(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
 async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     arg = single_arg(args, CMD_FIX)
     uri = P.req_str(arg, "uri", "arguments[0]")
-    P.opt_range(arg, "range", "arguments[0]")  # sent by the action; checked, then unused
+    # The action sends the diagnostic's range as ``range`` too (the documented argument);
+    # the lines to fix are the diagnostic's.
+    P.range_(arg.get("range"), "arguments[0].range")
     diag = P.diagnostic(arg.get("diagnostic"), "arguments[0].diagnostic")
     path = ls.checked_path(uri)
     text = text_of(ls, path)
