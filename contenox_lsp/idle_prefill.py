@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.jobs import background_prefill
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
@@ -36,12 +37,15 @@ class IdlePrefill:
         *,
         debounce_ms: int,
         enabled: bool,
+        snapshots: AutoSnapshots | None = None,
     ) -> None:
         self._worker = worker
         self._assemble_idle = assemble_idle
         self._notifier = notifier
         self.debounce_ms = debounce_ms
         self.enabled = enabled
+        self.snapshots = snapshots
+        """Restores the stable prefix before prefilling it, saves it once prefilled."""
         self.target: list[int] | None = None
         """The assembled prompt up to (not including) the user turn: what should be in KV."""
         self.manifest: Manifest | None = None
@@ -89,6 +93,8 @@ class IdlePrefill:
         self.manifest = assembly.manifest
         self.assembly = assembly
         self.target = list(assembly.tokens[: assembly.user_start])
+        if self.snapshots is not None:
+            self.snapshots.remember(assembly)
         self.kick()
 
     @property
@@ -114,11 +120,7 @@ class IdlePrefill:
 
     def pending_tokens(self) -> int:
         """Tokens of the current target not yet in KV."""
-        if self.target is None:
-            return 0
-        session = self._worker.session
-        resident = session.resident_tokens if session is not None else []
-        return len(self.target) - common_prefix_length(resident, self.target)
+        return 0 if self.target is None else self._pending_of(self.target)
 
     @property
     def running(self) -> bool:
@@ -157,19 +159,42 @@ class IdlePrefill:
             if asyncio.get_running_loop().time() < self._held_until:
                 return  # the hold timer kicks again
             pending = self.pending_tokens()
+            assembly = self.assembly
+            if pending > 0 and self.snapshots is not None and assembly is not None:
+                await self._snapshot_step(target, assembly)
+                pending = self.pending_tokens() if self.target is target else 0
             if pending > 0:
                 await self._prefill(target, pending)
             if self.target is target:
                 return  # done, or preempted by a user request (which kicks again after)
 
-    async def _prefill(self, target: list[int], pending: int) -> None:
+    async def _snapshot_step(self, target: list[int], assembly: Assembly) -> None:
+        """Restore what a snapshot holds; else stop at the stable prefix and save it."""
+        assert self.snapshots is not None
+        await self.snapshots.restore(assembly)
+        stop = self.snapshots.checkpoint(assembly)
+        if stop is None or self.target is not target:
+            return
+        stable = target[:stop]
+        await self._prefill(stable, self._pending_of(stable), for_target=target)
+        if self.target is target and self._pending_of(stable) == 0:
+            await self.snapshots.save(assembly)
+
+    def _pending_of(self, tokens: list[int]) -> int:
+        session = self._worker.session
+        resident = session.resident_tokens if session is not None else []
+        return len(tokens) - common_prefix_length(resident, tokens)
+
+    async def _prefill(self, target: list[int], pending: int,
+                       for_target: list[int] | None = None) -> None:
+        """Prefill ``target`` (``for_target``: the idle target it is a step towards)."""
         progress: Reporter | None = None
         if pending >= WARMING_PROGRESS_MIN_TOKENS:
             progress = await self._notifier.start_progress()
             progress.begin("Contenox: warming", f"0/{pending} tokens")
         job = self._worker.submit(background_prefill(target, progress),
                                   priority=Priority.BACKGROUND, label="pre-prefill")
-        self._job, self._job_target = job, target
+        self._job, self._job_target = job, for_target or target
         try:
             stats = await asyncio.wrap_future(job.future)
             if progress is not None:

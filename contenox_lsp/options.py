@@ -20,6 +20,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
     "repoMapTokens": ("repo_map_tokens", (int,), "an integer between 0 and 65536"),
     "maxTokens": ("max_tokens", (int,), "an integer between 1 and 4096"),
     "snapshotDir": ("snapshot_dir", (str,), "a directory path"),
+    "autoSnapshots": ("auto_snapshots", (bool,), "true or false"),
     "logLevel": ("log_level", (str,), "one of debug, info, warning, error"),
 }
 
@@ -50,6 +51,9 @@ class ServerOptions:
     """Default answer length for asks and code actions."""
     snapshot_dir: str | None = None
     """Where ``contenox/snapshot`` keeps files; None → the profile's / platform cache dir."""
+    auto_snapshots: bool = True
+    """Save the stable prefix by itself and restore it at start-up (also needs the profile's
+    ``cache.auto_snapshots``)."""
     log_level: str = "info"
     extra: dict[str, Any] = field(default_factory=dict)
     """Unrecognised-but-harmless keys are kept here (and warned about)."""
@@ -116,6 +120,8 @@ def add_server_arguments(parser: Any) -> None:
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="default answer length (default 256)")
     parser.add_argument("--snapshot-dir", default=None, help="where snapshots are kept")
+    parser.add_argument("--no-auto-snapshots", action="store_true",
+                        help="never save or restore snapshots by itself")
 
 
 def options_from_args(ns: Any) -> ServerOptions:
@@ -135,4 +141,6 @@ def options_from_args(ns: Any) -> ServerOptions:
         changes[name] = v
     if getattr(ns, "no_prefill_on_idle", False):
         changes["prefill_on_idle"] = False
+    if getattr(ns, "no_auto_snapshots", False):
+        changes["auto_snapshots"] = False
     return replace(opts, **changes)

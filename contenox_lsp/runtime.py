@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from lsprotocol import types
 
+from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.completion.service import CompletionService
 from contenox_lsp.context import ContextService
 from contenox_lsp.errors import ServerError, from_exception
@@ -26,6 +27,7 @@ from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Notifier, Reporter
+from contenox_lsp.snapshot_store import workspace_store
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
@@ -84,9 +86,12 @@ class Runtime:
         self.loop = asyncio.get_running_loop()
         self.worker = EngineWorker(opener or open_engine(options))
         self.context = ContextService(roots(), options.repo_map_tokens)
+        self.snapshots = AutoSnapshots(
+            self.worker, lambda s: workspace_store(options.snapshot_dir, self.roots(), s),
+            enabled=options.auto_snapshots)
         self.idle = IdlePrefill(self.worker, self.assemble_idle, notifier,
                                 debounce_ms=options.debounce_ms,
-                                enabled=options.prefill_on_idle)
+                                enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
         self.last_metrics: dict[str, Any] | None = None
         self.start_task: asyncio.Future[None] | None = None
@@ -124,6 +129,7 @@ class Runtime:
             self.idle.note_change()
 
     def close(self) -> None:
+        self.snapshots.save_at_shutdown()
         self.idle.close()
         # The context thread tokenizes with the session's vocabulary: let its current task
         # finish before the engine thread frees the model (else: use after free).

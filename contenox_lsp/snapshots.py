@@ -1,5 +1,4 @@
-"""Stable-prefix snapshots of one workspace: the store both doors share, and
-``contenox/snapshot`` (save/load/list/clear) on the server's runtime.
+"""``contenox/snapshot`` (save/load/list/clear) on the server's runtime.
 
 Snapshots live in a ``contextasm.SnapshotStore`` (class-first admission and eviction) keyed by
 the assembly's prefix hash, so only a snapshot of exactly this prefix under this profile
@@ -9,51 +8,18 @@ identity is ever loaded. Engine calls (save/load) run as user jobs on the engine
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.errors import ServerError
+from contenox_lsp.snapshot_store import snapshot_writer, workspace_store
 from contenox_lsp.views import snapshot_entry_view
 from contenox_lsp.worker import Job
 from contextasm import Assembly, SnapshotEntry, SnapshotStore
-from engine import Profile, Session
+from engine import Session
 from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
-from engine.model_files import cache_dir
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
-
-
-def snapshot_store(
-    profile: Profile, roots: Path | Sequence[Path], base: Path | None = None
-) -> SnapshotStore:
-    """One store per workspace (keyed by its root folders), under ``base``, else the profile's
-    ``cache.snapshot_dir``, else ``<cache dir>/snapshots``. The CLI and the language server
-    use the same store for the same folders, and assemble the same prefixes through
-    ``contenox_lsp.turn``: a prefix one of them saved is found by the other."""
-    if base is None:
-        configured = str(profile.get("cache.snapshot_dir"))
-        base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
-    folders = [roots] if isinstance(roots, Path) else list(roots)
-    ws = hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
-    return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
-
-
-def snapshot_writer(session: Session) -> Callable[[Path], None]:
-    """The store's writer for the session's current state (the store picks the path)."""
-
-    def write(path: Path) -> None:
-        session.save_snapshot(str(path))
-
-    return write
-
-
-def store_for(rt: Runtime, session: Session) -> SnapshotStore:
-    """This workspace's store: ``snapshotDir`` if set, else the one the CLI's ``ask`` uses."""
-    base = Path(rt.options.snapshot_dir) if rt.options.snapshot_dir else None
-    return snapshot_store(session.profile, rt.roots(), base)
 
 
 async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
@@ -65,7 +31,8 @@ async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
             f"the {session.backend} backend cannot save or load KV snapshots",
             {"capability": "snapshots", "backend": session.backend, "action": action},
         )
-    store = await asyncio.to_thread(store_for, rt, session)
+    store = await asyncio.to_thread(workspace_store, rt.options.snapshot_dir, rt.roots(),
+                                    session)
     if action == "list":
         entries = await asyncio.to_thread(store.entries)
         return {"snapshots": [snapshot_entry_view(e) for e in entries]}

@@ -19,7 +19,7 @@ from typing import Any
 
 from contenox_lsp.errors import InputError
 from contenox_lsp.paths import is_under
-from contenox_lsp.snapshots import snapshot_store, snapshot_writer
+from contenox_lsp.snapshot_store import snapshot_store, snapshot_writer
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics, explain_view
 from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain

@@ -261,6 +261,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     FieldSpec(
         "cache",
+        "auto_snapshots",
+        True,
+        _is_bool,
+        "true | false",
+        "save the stable prefix automatically and restore it at start-up (language server)",
+    ),
+    FieldSpec(
+        "cache",
         "snapshot_budget_bytes",
         1 << 30,
         _int_range(0),
@@ -406,6 +414,8 @@ FIELDS: tuple[FieldSpec, ...] = (
 
 #: Sections that configure requests, not the KV state: left out of ``profile_id``.
 NON_IDENTITY_SECTIONS = ("completion",)
+#: Single fields that change what the server does, not what any KV holds.
+NON_IDENTITY_KEYS = frozenset({"cache.auto_snapshots"})
 
 _BY_SECTION: dict[str, dict[str, FieldSpec]] = {}
 for _spec in FIELDS:
@@ -489,7 +499,8 @@ class Profile:
     def profile_id(self) -> str:
         """Name plus a digest of every value: any profile change invalidates cache manifests."""
         keyed = {k: v for k, v in self.values.items()
-                 if k.split(".", 1)[0] not in NON_IDENTITY_SECTIONS}
+                 if k.split(".", 1)[0] not in NON_IDENTITY_SECTIONS
+                 and k not in NON_IDENTITY_KEYS}
         blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return f"{self.name}@{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
