@@ -22,6 +22,7 @@ from lsprotocol import types
 from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.completion.service import CompletionService
 from contenox_lsp.context import ContextService
+from contenox_lsp.conversations import Conversations, prompt_outputs
 from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
@@ -93,6 +94,7 @@ class Runtime:
                                 debounce_ms=options.debounce_ms,
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
+        self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
         self.start_task: asyncio.Future[None] | None = None
 
@@ -105,6 +107,11 @@ class Runtime:
             self._notifier.show(f"contenox: the model could not be loaded: {exc.message}",
                                 types.MessageType.Error)
             return
+        session = self.worker.session
+        if session is not None:
+            # Beside this workspace's snapshots (the store's folder is per workspace).
+            await asyncio.to_thread(
+                lambda: self.conversations.open(self.snapshots.store(session).directory))
         await self.idle.refresh()
 
     async def reindex(self, refresh: bool = True) -> None:
@@ -202,8 +209,10 @@ class Runtime:
             return await self.context.call(build)
 
     async def assemble_idle(self) -> Assembly:
-        """The assembly used for pre-prefill: no question, so segment I is just its markers."""
-        return await self.assemble(TurnSpec())
+        """The assembly used for pre-prefill: no question, so segment I is just its markers;
+        the active conversation's turns are in it, so a follow-up prefills only itself."""
+        convs = self.conversations
+        return await self.assemble(TurnSpec(outputs=prompt_outputs(convs.turns(convs.active))))
 
     # -- engine jobs -----------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ def parse(stream: bytes, cuts: list[int] | None = None) -> list[Message | Proble
     parser = FrameParser()
     out: list[Message | Problem] = []
     last = 0
-    for cut in sorted(set(cuts or [])) + [len(stream)]:
+    for cut in [*sorted(set(cuts or [])), len(stream)]:
         out += parser.feed(stream[last:cut])
         last = cut
     return out

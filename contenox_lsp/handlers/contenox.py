@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from contenox_lsp import params as P
 from contenox_lsp import snapshots
+from contenox_lsp.conversations import MAX_ID_CHARS, prompt_outputs
 from contenox_lsp.documents import encoding_name, open_document
 from contenox_lsp.handlers.common import (
     add_pin,
@@ -20,6 +22,7 @@ from contenox_lsp.handlers.common import (
 from contenox_lsp.progress import WorkDone, send_partial_result
 from contenox_lsp.runtime import Runtime
 from contenox_lsp.server import ContenoxServer
+from contenox_lsp.turn import TurnSpec
 from contenox_lsp.views import explain_view
 
 EXPLAIN_CONTEXT = "contenox/explainContext"
@@ -30,6 +33,21 @@ LIST_PINS = "contenox/listPins"
 STATUS = "contenox/status"
 SNAPSHOT = "contenox/snapshot"
 DOCUMENT = "contenox/document"
+CONVERSATION = "contenox/conversation"
+
+
+def conversation_id(p: dict[str, Any]) -> str | None:
+    cid = P.opt_str(p, "conversationId", "params")
+    if cid is not None and not 0 < len(cid) <= MAX_ID_CHARS:
+        raise P.invalid(f"params.conversationId must be 1 to {MAX_ID_CHARS} characters")
+    return cid
+
+
+def with_conversation(turn: TurnSpec, rt: Runtime, cid: str | None) -> TurnSpec:
+    """The turn with the conversation's earlier turns in front of it (segment H)."""
+    if cid is None:
+        return turn
+    return replace(turn, outputs=turn.outputs + prompt_outputs(rt.conversations.turns(cid)))
 
 
 async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -42,9 +60,10 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         include_text = False
     if not isinstance(include_text, bool):
         raise P.invalid("params.includeText must be a boolean")
+    cid = conversation_id(p)
     path = ls.checked_path(uri) if uri else None
-    turn = turn_for(ls, path, None, pos, question)
     rt = runtime(ls)
+    turn = with_conversation(turn_for(ls, path, None, pos, question), rt, cid)
     session = await rt.session()
     assembly = await rt.assemble(turn)
     return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text)
@@ -58,11 +77,13 @@ async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     max_tokens = P.opt_int(p, "maxTokens", "params", 1, 4096)
     partial = P.progress_token(p, "partialResultToken", "params")
     work_token = P.progress_token(p, "workDoneToken", "params")
+    cid = conversation_id(p)
     if rng is not None and uri is None:
         raise P.invalid("params.range needs params.textDocument")
     path = ls.checked_path(uri) if uri else None
-    turn = turn_for(ls, path, rng, rng.start if rng else None, question)
     rt = runtime(ls)
+    turn = with_conversation(turn_for(ls, path, rng, rng.start if rng else None, question),
+                             rt, cid)
     on_piece: Callable[[str], None] | None = None
     if partial is not None:
         loop = asyncio.get_running_loop()
@@ -72,9 +93,15 @@ async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
             send_partial_result(ls, loop, token, {"text": piece})
 
     work = WorkDone(ls, work_token) if work_token is not None else None
-    return await run_cancellable(
+    out = await run_cancellable(
         ls, rt.run_prompt(turn, max_tokens or ls.options.max_tokens, on_piece, work)
     )
+    if cid is not None:
+        # Only a finished answer joins the conversation (a cancelled ask raised above).
+        n = await asyncio.to_thread(rt.conversations.append, cid, question, out["text"])
+        out = {**out, "conversationId": cid, "turn": n}
+        rt.inputs_changed()  # the idle prefill now warms this conversation's turns
+    return out
 
 
 async def pin(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -123,6 +150,21 @@ async def snapshot(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     return await run_cancellable(ls, snapshots.handle(runtime(ls), action, name))
 
 
+async def conversation(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    p = P.as_object(params, CONVERSATION, allow_none=False)
+    action = P.opt_choice(p, "action", "params", ("list", "clear"))
+    if action is None:
+        raise P.invalid("params.action is required: 'list' or 'clear'")
+    cid = conversation_id(p)
+    rt = runtime(ls)
+    if action == "list":
+        return rt.conversations.view(cid)
+    removed = await asyncio.to_thread(rt.conversations.clear, cid)
+    if removed:
+        rt.inputs_changed()
+    return {"removed": removed}
+
+
 #: Every ``contenox/*`` request and its handler (PROTOCOL.md documents each one).
 REQUESTS = {
     EXPLAIN_CONTEXT: explain_context,
@@ -133,6 +175,7 @@ REQUESTS = {
     STATUS: status,
     DOCUMENT: document,
     SNAPSHOT: snapshot,
+    CONVERSATION: conversation,
 }
 
 
