@@ -31,6 +31,13 @@ class TypingConfig:
 
 
 @dataclass(frozen=True)
+class RestartConfig:
+    sizes: tuple[int, ...] = (2048, 8192)  # stable-prefix tokens (repo map + pins)
+    max_tokens: int = 8  # answer length (TTFT does not depend on it)
+    timeout_s: float = 1800.0  # hang guard while a server loads/warms, not a timing
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     mode: str
     n_ctx: int
@@ -57,6 +64,7 @@ class BenchConfig:
     drift_tokens: int = 64  # greedy tokens compared (the identical-prefix length is of these)
     trace: TraceConfig = field(default_factory=TraceConfig)
     typing: TypingConfig = field(default_factory=TypingConfig)
+    restart: RestartConfig = field(default_factory=RestartConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +116,7 @@ QUICK = replace(
         keystroke_s=0.03,
     ),
     typing=TypingConfig(lines=2, repo_map_tokens=256),
+    restart=RestartConfig(sizes=(768,)),
 )
 
 FULL = replace(

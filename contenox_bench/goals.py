@@ -24,6 +24,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _snapshot(sections.get("runtime", {})),
         _overhead(sections.get("runtime", {})),
         *_typing(sections.get("typing", {})),
+        _restart(sections.get("restart", {})),
     ]
 
 
@@ -76,6 +77,25 @@ def _trace(trace: dict[str, Any]) -> dict[str, Any]:
                  f"b/d = {_f(r['b_over_d'])}", dict(r) | {"new_tokens": nr},
                  f"tokens prefilled at ask: a/c = {_f(nr.get('a_over_c'))}, "
                  f"a/d = {_f(nr.get('a_over_d'))}{on}")
+
+
+def _restart(sec: dict[str, Any]) -> dict[str, Any]:
+    text = "first ask after a restart: TTFT ≤ 2 × a warm ask's, at every stable-prefix size"
+    if sec.get("status") != "ok":
+        return _not_measured("restart_ttft", text, sec)
+    rows = sec["rows"]
+    judged = [r for r in rows if r["restart_over_warm"] is not None]
+    met = all(r["restart_over_warm"] <= 2.0 for r in judged) if judged else None
+    parts = [f"{r['stable_tokens']} stable: restart/warm = {_f(r['restart_over_warm'])}, "
+             f"cold start/restart = {_f(r['cold_over_restart'])}" for r in rows]
+    fu = sec.get("follow_up") or {}
+    note = ""
+    if fu:
+        note = (f"follow-up prefilled {fu['follow_up']['new_tokens']} tokens vs "
+                f"{fu['new_conversation']['new_tokens']} as a new conversation "
+                f"(TTFT ratio {_f(fu['ttft_ratio'])})")
+    return _goal("restart_ttft", text, met, "; ".join(parts),
+                 {str(r["stable_tokens"]): r["restart_over_warm"] for r in rows}, note)
 
 
 def _typing(sec: dict[str, Any]) -> list[dict[str, Any]]:

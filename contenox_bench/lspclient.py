@@ -57,8 +57,11 @@ class EditorClient:
         def on_log(params: Any) -> None:
             pass
 
-    async def start(self, root: Path, options: dict[str, Any]) -> dict[str, Any]:
-        await self.client.start_io(*SERVER_COMMAND)
+    async def start(self, root: Path, options: dict[str, Any],
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Start a server on ``root``; ``env``: variables set for it (e.g. its cache dir)."""
+        extra: dict[str, Any] = {} if env is None else {"env": {**os.environ, **env}}
+        await self.client.start_io(*SERVER_COMMAND, **extra)
         # pygls pipes the server's stderr and never reads it: drain it into a log file, or a
         # chatty server would block on a full pipe.
         server = getattr(self.client, "_server", None)
@@ -103,17 +106,21 @@ class EditorClient:
         ))
 
     async def ask(self, token: str, question: str, path: Path, line: int, max_tokens: int,
-                  timeout: float) -> tuple[dict[str, Any], float, float]:
+                  timeout: float, conversation_id: str | None = None
+                  ) -> tuple[dict[str, Any], float, float]:
         """(result, client ms to the first streamed piece, client ms to the response)."""
         pos = {"line": line, "character": 0}
-        t0 = time.perf_counter()
-        result = await self.request("contenox/ask", {
+        params: dict[str, Any] = {
             "question": question,
             "textDocument": {"uri": path.as_uri()},
             "range": {"start": pos, "end": pos},
             "maxTokens": max_tokens,
             "partialResultToken": token,
-        }, timeout)
+        }
+        if conversation_id is not None:
+            params["conversationId"] = conversation_id
+        t0 = time.perf_counter()
+        result = await self.request("contenox/ask", params, timeout)
         t1 = time.perf_counter()
         first = self.first_piece.get(token, t1)  # an empty answer streams nothing
         return result, (first - t0) * 1000.0, (t1 - t0) * 1000.0

@@ -19,7 +19,7 @@ from typing import Any
 log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart")
 
 
 def _have_matplotlib() -> bool:
@@ -68,6 +68,7 @@ def run_bench(args: argparse.Namespace) -> int:
         goals,
         plots,
         report,
+        restart,
         runtime,
         scaling,
         trace,
@@ -96,7 +97,7 @@ def run_bench(args: argparse.Namespace) -> int:
     progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
                         + backends.planned_units(cfg) + drift.planned_units(cfg)
-                        + typing_trace.planned_units(cfg))
+                        + typing_trace.planned_units(cfg) + restart.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -170,6 +171,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))
             run_section("drift", lambda: drift.run(profile, cfg, progress))
             run_section("typing", lambda: typing_trace.run(
+                cfg, profile, profile_file, out, tmp, progress))
+            run_section("restart", lambda: restart.run(
                 cfg, profile, profile_file, out, tmp, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)

@@ -99,6 +99,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += _backends(s.get("backends", {"status": "not run"}))
     lines += _drift(s.get("drift", {"status": "not run"}))
     lines += _typing(s.get("typing", {"status": "not run"}))
+    lines += _restart(s.get("restart", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)
@@ -349,6 +350,39 @@ def _typing(sec: dict[str, Any]) -> list[str]:
     lines += ["", f"Engine costs from c: {e['prefill_ms_per_token']:.2f} ms per prefilled "
                   f"token, {e['decode_ms_per_token']:.2f} ms per decoded token.", ""]
     return lines
+
+
+def _restart(sec: dict[str, Any]) -> list[str]:
+    head = _status("8. Restart and follow-up", sec)
+    if head:
+        return head
+    lines = [
+        "## 8. Restart and follow-up",
+        "",
+        "A warm ask; the first ask after shutting that server down and starting another on "
+        "the same workspace and caches (asked as soon as the model is loaded and the index "
+        "built); the same on a cold start with `autoSnapshots` off. TTFT: "
+        f"{sec['ttft_definition']}.",
+        "",
+    ]
+    rows = []
+    for r in sec["rows"]:
+        for name, key in (("warm ask", "warm"), ("first ask after a restart", "restart"),
+                          ("first ask, cold start", "cold_start")):
+            a = r[key]
+            rows.append([str(r["stable_tokens"]), name, _r0(a["ttft_ms"]),
+                         f"{a['reused_tokens']}/{a['prompt_tokens']}"])
+    lines += _table(["stable tokens", "ask", "TTFT ms", "reused/prompt"], rows)
+    fu = sec.get("follow_up")
+    if fu:
+        lines += ["", "Follow-up in a conversation (after the idle prefill warmed the answer) "
+                      "against the same question as a new conversation:", ""]
+        lines += _table(["ask", "TTFT ms", "tokens prefilled", "reused/prompt"], [
+            [name, _r0(fu[key]["ttft_ms"]), str(fu[key]["new_tokens"]),
+             f"{fu[key]['reused_tokens']}/{fu[key]['prompt_tokens']}"]
+            for name, key in (("first question", "first"), ("follow-up", "follow_up"),
+                              ("same, new conversation", "new_conversation"))])
+    return [*lines, ""]
 
 
 def _drift(sec: dict[str, Any]) -> list[str]:

@@ -2,9 +2,10 @@
 
 The idle prefill (``idle_prefill.IdlePrefill``) calls this at three points:
 
-- ``restore(assembly)`` before it prefills: when the store holds a snapshot of a longer prefix
-  of the assembly than the live sequence shares with it (at start-up: anything), it is loaded
-  instead of re-prefilled (tens of milliseconds instead of seconds). A corrupt or
+- ``restore(assembly)`` before it prefills (and so does every ask): when the store holds a
+  snapshot of a longer prefix of the assembly than the live sequence shares with it (at
+  start-up: anything), it is loaded instead of re-prefilled (tens of milliseconds, not
+  seconds). A corrupt or
   incompatible file is removed, reported in ``contenox/status``, and costs a cold prefill.
 - ``checkpoint(assembly)``: when the stable prefix (segments A–F, ``stable_end``) is not saved
   yet and must be prefilled, the idle prefill stops at ``stable_end`` first and calls
@@ -72,7 +73,10 @@ class AutoSnapshots:
 
     # -- restore -------------------------------------------------------------------------------
 
-    async def restore(self, assembly: Assembly) -> None:
+    async def restore(self, assembly: Assembly,
+                      priority: Priority = Priority.BACKGROUND) -> None:
+        """Load the best snapshot of ``assembly`` if it covers more than the live sequence
+        shares with it (an ask right after start-up passes ``Priority.USER``)."""
         session = self._worker.session
         if not self.active(session) or assembly.stable_end == 0:
             return
@@ -95,7 +99,7 @@ class AutoSnapshots:
 
         try:
             await asyncio.wrap_future(self._worker.submit(
-                load, priority=Priority.BACKGROUND, label="snapshot restore").future)
+                load, priority=priority, label="snapshot restore").future)
         except JobCancelled:
             return
         except EngineError as exc:

@@ -252,6 +252,8 @@ class Runtime:
         try:
             assembly = await self.assemble(turn, max_tokens)
             assembly_ms = (time.perf_counter() - t0) * 1000.0
+            # Right after start-up the idle prefill may not have restored the stable prefix.
+            await self.snapshots.restore(assembly, Priority.USER)
             tokens = list(assembly.tokens)
             loop = self.loop
 

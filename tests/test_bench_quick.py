@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
-         "completion_latency", "completion_vs_lcp", "completion_prefill"}
+         "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -106,7 +106,7 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
                   "## 3. Edit-trace replay", "## 4. Scaling note",
                   "## 5. Backends: llama.cpp vs OpenVINO",
                   "## 6. Drift: warm vs cold per reuse path",
-                  "## 7. Typing trace: inline completion"):
+                  "## 7. Typing trace: inline completion", "## 8. Restart and follow-up"):
         assert title in md
 
 
@@ -129,6 +129,25 @@ def test_quick_report_typing_section(quick_report: tuple[Path, dict[str, Any], s
     ids = {g["id"]: g for g in r["goals"]}
     for gid in ("completion_latency", "completion_vs_lcp", "completion_prefill"):
         assert ids[gid]["status"] in ("met", "not met"), ids[gid]
+
+
+@pytest.mark.timeout(3600)
+def test_quick_report_restart_section(quick_report: tuple[Path, dict[str, Any], str]) -> None:
+    """A restarted server restores the stable prefix its predecessor saved; a cold start has
+    nothing; a follow-up reuses the earlier turn (structure and token counts, never timings)."""
+    _, r, _ = quick_report
+    sec = r["sections"]["restart"]
+    assert sec["status"] == "ok", sec["status"]
+    (row,) = sec["rows"]
+    assert row["stable_tokens"] >= row["target_stable_tokens"]
+    assert row["restored_tokens"] == row["stable_tokens"]
+    assert row["restart"]["reused_tokens"] >= row["stable_tokens"]
+    assert row["cold_start"]["reused_tokens"] < row["stable_tokens"]
+    assert row["warm"]["reused_tokens"] >= row["stable_tokens"]
+    fu = sec["follow_up"]
+    assert fu["follow_up"]["reused_tokens"] > fu["new_conversation"]["reused_tokens"]
+    ids = {g["id"]: g for g in r["goals"]}
+    assert ids["restart_ttft"]["status"] in ("met", "not met")
 
 
 @pytest.mark.timeout(3600)

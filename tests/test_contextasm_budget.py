@@ -302,3 +302,27 @@ def test_inputs_validate_ranges():
     assert (
         dataclasses.replace(OutputEntry("test", "t", "x"), stale=True).cache_class is CacheClass.LOW
     )
+
+
+def test_over_budget_the_oldest_conversation_turn_goes_first(gemma: LlamaVocabTokenizer):
+    """Conversation turns (contenox_lsp.conversations, kind ``turn``) are low-class outputs:
+    the oldest is shrunk and dropped first; the repo map, the pins and the newer turns stay."""
+    from contenox_lsp.conversations import Turn, prompt_outputs
+
+    answer = "\n".join(f"line {i} of a long answer" for i in range(60))
+    turns = [Turn(f"question {i}?", answer) for i in range(3)]
+    outputs = tuple(OutputEntry(k, s, t) for k, s, t in prompt_outputs(turns))
+    inputs = big_inputs(outputs=outputs)
+    full = fit_to(gemma, inputs, 100_000)
+    oldest = next(s for s in full.segments if s.label == "earlier turn 1")
+    asm = fit_to(gemma, inputs, full.n_tokens - oldest.n_tokens // 2)
+    shown = state(asm)
+    assert shown["earlier turn 1"] in ("truncated", "dropped")
+    assert shown["earlier turn 2"] == shown["earlier turn 3"] == "full"
+    assert all(v == "full" for lbl, v in shown.items() if not lbl.startswith("earlier turn"))
+    tight = fit_to(gemma, inputs, full.n_tokens - 2 * oldest.n_tokens)
+    shown = state(tight)
+    assert shown["earlier turn 1"] == "dropped"
+    assert shown["earlier turn 3"] in ("full", "truncated")
+    stable = [s for s in tight.segments if s.kind in (SegmentKind.REPO_MAP, SegmentKind.PINNED)]
+    assert stable and not any(s.truncated for s in stable)
