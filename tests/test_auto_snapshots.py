@@ -5,6 +5,7 @@ start-up is skipped (and said so) without holding the server back."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,54 @@ async def test_a_corrupt_snapshot_at_start_up_is_skipped(tmp_path: Path) -> None
         assert again["snapshots"]["lastSaved"]["tokens"] == explain["stableEnd"]
     finally:
         await stop_client(second)
+
+
+def test_kill_9_at_any_moment_leaves_nothing_that_loads(tmp_path: Path) -> None:
+    """Servers killed with SIGKILL while warming, right after a save and while saving the
+    next stable prefix: each next start either restores a snapshot whole or skips it, never
+    loads a broken one, and no temporary file survives a start."""
+    from raw_lsp import RawServer
+
+    root = copy_stdlib_json(tmp_path)
+    store_dirs = tmp_path / "contenox-cache" / "snapshots"
+
+    def status(srv: RawServer) -> dict[str, Any]:
+        result: dict[str, Any] = srv.request("contenox/status")["result"]
+        return result
+
+    def poll(srv: RawServer, ok: Any, timeout: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            st = status(srv)
+            if ok(st) or time.monotonic() > deadline:
+                assert ok(st), st
+                return st
+            time.sleep(0.05)
+
+    kills = [
+        lambda srv: poll(srv, lambda s: s["state"] == "warming"),  # mid-prefill
+        lambda srv: poll(srv, lambda s: s["snapshots"]["lastSaved"] is not None),  # after
+        lambda srv: (srv.request("contenox/pin", {"uri": (root / "json" / "encoder.py")
+                                                  .as_uri()}),
+                     time.sleep(0.4)),  # while the new stable prefix is prefilled and saved
+    ]
+    for kill_when in kills:
+        srv = RawServer(root)
+        try:
+            kill_when(srv)
+        finally:
+            srv.proc.kill()
+            srv.proc.wait(30)
+            srv.close()
+    srv = RawServer(root)
+    try:
+        st = poll(srv, lambda s: s["state"] == "warm" and s["pendingPrefillTokens"] == 0
+                  and not s["contextStale"])
+        assert st["snapshots"]["skipped"] is None, st["snapshots"]
+        assert st["snapshots"]["restored"] is not None  # the save before the 2nd kill
+        # The store's temporary names (and the conversations file's); ".lock" is permanent.
+        leftovers = [p.name for p in store_dirs.rglob("*") if p.name.startswith(
+            (".tmp-", ".conversations-")) or (p.name.startswith(".") and p.suffix == ".tmp")]
+        assert leftovers == []
+    finally:
+        srv.close()
