@@ -31,6 +31,8 @@ CURSOR_CONTEXT_LINES = 8
 
 #: Files larger than this are not read from disk for prompts.
 MAX_FILE_BYTES = 1_000_000
+#: Lines of the cursor context and of a selection are cut at this many characters.
+MAX_CONTEXT_LINE_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,18 @@ def cursor_context(text: str, line: int) -> str:
     return line_span(text, max(0, line - CURSOR_CONTEXT_LINES), line + CURSOR_CONTEXT_LINES)
 
 
+def clip_long_lines(text: str, max_chars: int = MAX_CONTEXT_LINE_CHARS) -> str:
+    """``text`` with every line longer than ``max_chars`` cut, saying how much was cut: one
+    huge line (a minified file, a data fixture, a paste) must not crowd the repository map
+    out of the prompt; the budget can cut a code block only by whole lines."""
+    out = []
+    for ln in text.split("\n"):
+        if len(ln) > max_chars:
+            ln = f"{ln[:max_chars]} … ({len(ln) - max_chars} more characters on this line)"
+        out.append(ln)
+    return "\n".join(out)
+
+
 def turn_at(
     roots: Sequence[Path],
     path: Path | None,
@@ -119,8 +133,8 @@ def turn_at(
     return TurnSpec(
         question=question,
         path=Path(relative_to_roots(path, roots)),
-        selection=selection or None,
-        cursor_context=cursor or None,
+        selection=clip_long_lines(selection) if selection else None,
+        cursor_context=clip_long_lines(cursor) if cursor else None,
         line=None if line is None else line + 1,
         outputs=outputs,
     )

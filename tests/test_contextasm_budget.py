@@ -326,3 +326,25 @@ def test_over_budget_the_oldest_conversation_turn_goes_first(gemma: LlamaVocabTo
     assert shown["earlier turn 3"] in ("full", "truncated")
     stable = [s for s in tight.segments if s.kind in (SegmentKind.REPO_MAP, SegmentKind.PINNED)]
     assert stable and not any(s.truncated for s in stable)
+
+
+def test_a_huge_line_at_the_cursor_is_clipped_and_never_evicts_the_repo_map(
+    gemma: LlamaVocabTokenizer,
+):
+    """Issue 15's case: a 20 KB single-line file open with the cursor on it. The budget can
+    cut a code block only by whole lines, so the raw line took the repo map's room; the turn
+    pipeline clips long lines (``contenox_lsp.turn.clip_long_lines``) and the map stays."""
+    from contenox_lsp.turn import MAX_CONTEXT_LINE_CHARS, clip_long_lines
+
+    line = ",".join(f'"k{i}": {i}' for i in range(2500))[:20_000]
+    raw = UserTurn(question="What is in this fixture?", cursor_context=line,
+                   file_path="tests/fixture.json", line=1)
+    clipped = dataclasses.replace(raw, cursor_context=clip_long_lines(line))
+    assert len(clipped.cursor_context or "") < MAX_CONTEXT_LINE_CHARS + 60
+    # Room for everything with the clipped line: the prompt a developer would get.
+    limit = fit_to(gemma, big_inputs(user=clipped), 100_000).n_tokens
+    before = fit_to(gemma, big_inputs(user=raw), limit)
+    after = fit_to(gemma, big_inputs(user=clipped), limit)
+    assert state(before)["repo map"] != "full"  # what the issue measured
+    assert state(after)["repo map"] == "full"
+    assert "more characters on this line" in after.segment(SegmentKind.USER).text
