@@ -30,7 +30,13 @@ vim.api.nvim_create_user_command('ContenoxAsk', function(opts)
       require('contenox').ask(input, ask_opts)
     end
   end)
-end, { nargs = '*', range = true, desc = 'Contenox: ask about the code (streams into a float; <C-c> cancels)' })
+end, { nargs = '*', range = true, desc = 'Contenox: ask about the code, continuing the conversation (streams into a float; <C-c> cancels)' })
+
+vim.api.nvim_create_user_command('ContenoxNew', function(opts)
+  local range = range_of(opts)
+  local ask_opts = range and { range = { start = range[1] - 1, ['end'] = range[2] - 1 } } or nil
+  require('contenox').new_conversation(vim.trim(opts.args or ''), ask_opts)
+end, { nargs = '*', range = true, desc = 'Contenox: start a new conversation (and ask the question, if given)' })
 
 vim.api.nvim_create_user_command('ContenoxCancel', function()
   require('contenox').cancel()

@@ -1,5 +1,6 @@
 -- Headless Neovim against the real server: attach, explainContext shows segments, ask streams
--- and completes, <C-c> cancels, pin changes the pinned segment, code actions, status(line).
+-- and completes, <C-c> cancels, pin changes the pinned segment, code actions, conversations
+-- (:ContenoxAsk continues, :ContenoxNew starts another), status(line).
 local H = dofile(vim.g.contenox_test_dir .. '/helpers.lua')
 local contenox = require('contenox')
 local util = require('contenox.util')
@@ -207,6 +208,90 @@ test('<C-c> in the ask float cancels the request; the next ask works', function(
   H.eq(nxt.err, nil, 'next ask ok')
   H.ok(ask.current == nxt)
   H.eq(table.concat(nxt.pieces), nxt.result.text)
+  close_floats()
+end)
+
+local function ask_cmd(cmd)
+  local ask = require('contenox.ask')
+  local before = ask.current
+  vim.cmd(cmd)
+  local state = ask.current
+  H.ok(state and state ~= before, cmd .. ': an ask started')
+  H.wait_for(function()
+    return state.done
+  end, T, cmd .. ': the answer')
+  H.eq(state.err, nil, cmd .. ': no error')
+  return state
+end
+
+local function conversation_turns(id)
+  return request('contenox/conversation', { action = 'list', conversationId = id }).turns
+end
+
+test(':ContenoxAsk twice continues one conversation (same id, turn 2), across buffers', function()
+  contenox.new_conversation() -- independent of the asks of earlier tests
+  local id = contenox.conversation_id()
+  H.match(id, '^nvim%-%d+%-%d+$', 'a generated id')
+  H.eq(#conversation_turns(id), 0, 'a new conversation is empty')
+  vim.api.nvim_win_set_cursor(0, { 5, 4 })
+  local first = ask_cmd('ContenoxAsk What does add return?')
+  H.eq(first.conversation_id, id, 'the first ask sends the current id')
+  H.eq(first.result.conversationId, id, 'the server answers in that conversation')
+  H.eq(first.result.turn, 1)
+  H.eq(first.turn, 1)
+  close_floats()
+  -- Another buffer of the same workspace client continues the same conversation.
+  vim.cmd.edit(ws .. '/util.py')
+  local ubuf = vim.api.nvim_get_current_buf()
+  H.wait_for(function()
+    return #vim.lsp.get_clients({ name = 'contenox', bufnr = ubuf }) == 1
+  end, Q, 'the client to attach to util.py')
+  H.eq(vim.lsp.get_clients({ name = 'contenox', bufnr = ubuf })[1].id, client.id, 'one client for the workspace')
+  local second = ask_cmd('ContenoxAsk And what does clamp do?')
+  H.eq(second.conversation_id, id, 'the second ask sends the same id')
+  H.eq(second.result.conversationId, id)
+  H.eq(second.result.turn, 2, 'the second answer is turn 2')
+  H.match(H.buf_text(second.buf), 'turn 2', 'the float shows the turn')
+  local turns = conversation_turns(id)
+  H.eq(#turns, 2, 'the server keeps both turns')
+  H.eq(turns[1].question, 'What does add return?')
+  H.eq(turns[1].answer, first.result.text)
+  H.eq(turns[2].question, 'And what does clamp do?')
+  H.eq(turns[2].answer, second.result.text)
+  H.eq(contenox.conversation_id(), id, 'still the current conversation')
+  close_floats()
+end)
+
+test(':ContenoxNew starts another conversation; :ContenoxNew question asks in a new one', function()
+  local old = contenox.conversation_id()
+  local old_turns = #conversation_turns(old)
+  H.ok(old_turns >= 1, 'the previous conversation has turns')
+  local before = #notes
+  vim.cmd('ContenoxNew')
+  local id = contenox.conversation_id()
+  H.ok(id ~= old, 'a new id')
+  local said = {}
+  for i = before + 1, #notes do
+    said[#said + 1] = notes[i].msg
+  end
+  H.ok(H.find(said, function(m) return m:find('new conversation') end), 'a notification: ' .. vim.inspect(said))
+  H.eq(#vim.api.nvim_list_wins(), 1, 'no float without a question')
+  vim.api.nvim_win_set_cursor(0, { 5, 4 })
+  local state = ask_cmd('ContenoxAsk What does add return?')
+  H.eq(state.conversation_id, id, 'the ask uses the new id')
+  H.eq(state.result.conversationId, id)
+  H.eq(state.result.turn, 1, 'the first turn of the new conversation')
+  H.eq(#conversation_turns(id), 1)
+  H.eq(#conversation_turns(old), old_turns, 'the previous conversation is kept as it was')
+  close_floats()
+  -- With a question: a new conversation, asked at once.
+  local asked = ask_cmd('ContenoxNew What does scaled return?')
+  local id2 = contenox.conversation_id()
+  H.ok(id2 ~= id and id2 ~= old, 'another new id')
+  H.eq(asked.conversation_id, id2)
+  H.eq(asked.result.conversationId, id2)
+  H.eq(asked.result.turn, 1)
+  H.eq(conversation_turns(id2)[1].question, 'What does scaled return?')
   close_floats()
 end)
 

@@ -18,13 +18,21 @@ test('setup with a missing server: actionable error, nothing enabled', function(
 end)
 
 test('commands without a server explain why instead of failing', function()
-  for _, cmd in ipairs({ 'ContenoxExplainContext', 'ContenoxAsk hello', 'ContenoxPin', 'ContenoxUnpin', 'ContenoxStatus' }) do
+  for _, cmd in ipairs({ 'ContenoxExplainContext', 'ContenoxAsk hello', 'ContenoxNew hello', 'ContenoxPin', 'ContenoxUnpin', 'ContenoxStatus' }) do
     local before = #notes
     local ok, err = pcall(vim.cmd, cmd)
     H.ok(ok, cmd .. ' raised: ' .. tostring(err))
     H.eq(#notes, before + 1, cmd .. ' notifies once')
     H.match(notes[#notes].msg, 'was not found', cmd)
   end
+  -- Without a question, :ContenoxNew needs no server: it only starts a new conversation id.
+  local id = contenox.conversation_id()
+  local before = #notes
+  local ok, err = pcall(vim.cmd, 'ContenoxNew')
+  H.ok(ok, 'ContenoxNew raised: ' .. tostring(err))
+  H.eq(#notes, before + 1, 'ContenoxNew notifies once')
+  H.match(notes[#notes].msg, 'new conversation')
+  H.ok(contenox.conversation_id() ~= id, 'a new conversation id')
   H.eq(contenox.statusline(), '', 'empty statusline without a server')
   H.eq(#vim.api.nvim_list_wins(), 1, 'no float opened')
 end)

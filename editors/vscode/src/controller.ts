@@ -9,6 +9,7 @@ import {
   explainTable,
   statusBarView,
   statusLines,
+  type ConversationTurn,
   type DescribedError,
 } from './format';
 import {
@@ -74,6 +75,7 @@ export const COMMANDS = {
   showStatus: 'contenox.showStatus',
   restartServer: 'contenox.restartServer',
   showLog: 'contenox.showLog',
+  newConversation: 'contenox.newConversation',
 } as const;
 
 export const CONTEXT_VIEW = 'contenox.context';
@@ -91,6 +93,11 @@ const RESTART = 'Restart Server';
 export interface AskOptions {
   question?: string;
   maxTokens?: number;
+}
+
+/** A fresh client-chosen conversation id (PROTOCOL.md: 1–200 characters). */
+export function newConversationId(): string {
+  return `vscode-${Date.now()}-${Math.random().toString(36).slice(2, 10)}`;
 }
 
 export class Contenox implements vscode.Disposable {
@@ -111,7 +118,16 @@ export class Contenox implements vscode.Disposable {
   private polling = false;
   private explainSeq = 0;
   private askSeq = 0;
+  /** The ask whose answer the panel shows (an older one, replaced or cancelled, keeps off it). */
+  private panelAsk = 0;
   private askCts: vscode.CancellationTokenSource | undefined;
+  /** The current conversation: every ask continues it, Explain Context shows its turns. */
+  conversationId = newConversationId();
+  /** Its finished turns, oldest first (what the answer panel shows above the current one). */
+  history: ConversationTurn[] = [];
+  /** The file and selection the conversation last asked about: a follow-up asked while no
+   * file editor is active (from the panel's input) is about them too. */
+  private lastTarget: { textDocument: { uri: string }; range: Range } | undefined;
   private disposed = false;
 
   constructor(private readonly deps: Deps) {
@@ -123,7 +139,10 @@ export class Contenox implements vscode.Disposable {
     this.statusItem = vs.window.createStatusBarItem('contenox.status', vs.StatusBarAlignment.Right, 100);
     this.statusItem.name = 'Contenox';
     this.statusItem.command = COMMANDS.showStatus;
-    this.answer = new AnswerPanel(vs);
+    this.answer = new AnswerPanel(vs, {
+      ask: (question) => this.ask({ question }),
+      newConversation: () => this.newConversation(),
+    });
     this.disposables.push(this.output, this.treeView, this.statusItem);
     this.updateStatusBar();
     this.statusItem.show();
@@ -139,6 +158,7 @@ export class Contenox implements vscode.Disposable {
     reg(COMMANDS.showStatus, () => this.showStatus());
     reg(COMMANDS.restartServer, () => this.restart());
     reg(COMMANDS.showLog, () => this.output.show(true));
+    reg(COMMANDS.newConversation, () => this.newConversation());
 
     // Keep the context view current while it is visible: after edits (once the server's
     // debounce has passed), on editor switches, and when the status poll sees KV change.
@@ -398,7 +418,7 @@ export class Contenox implements vscode.Disposable {
     const client = this.client;
     if (!client || !client.isRunning()) return undefined;
     const seq = ++this.explainSeq;
-    const params: ExplainParams = {};
+    const params: ExplainParams = { conversationId: this.conversationId };
     const editor = this.editorDocument();
     if (editor) {
       params.textDocument = { uri: editor.document.uri.toString() };
@@ -425,7 +445,8 @@ export class Contenox implements vscode.Disposable {
 
   // -- ask -----------------------------------------------------------------------------------
 
-  /** "Contenox: Ask": question → streamed answer in the answer panel. */
+  /** "Contenox: Ask": question → streamed answer in the conversation panel; every ask
+   * continues the current conversation (its earlier turns are part of the prompt). */
   async ask(arg?: string | AskOptions): Promise<AskResult | undefined> {
     const vs = this.vs;
     const client = this.requireClient();
@@ -443,11 +464,18 @@ export class Contenox implements vscode.Disposable {
     }
     if (!question || !question.trim()) return undefined;
 
+    const conversationId = this.conversationId;
     const partialToken = `contenox-ask-${Date.now()}-${++this.askSeq}`;
-    const params: AskParams = { question, partialResultToken: partialToken };
+    const params: AskParams = { question, conversationId, partialResultToken: partialToken };
     if (editor) {
-      params.textDocument = { uri: editor.document.uri.toString() };
-      params.range = toRange(editor.selection);
+      this.lastTarget = {
+        textDocument: { uri: editor.document.uri.toString() },
+        range: toRange(editor.selection),
+      };
+    }
+    if (this.lastTarget) {
+      params.textDocument = this.lastTarget.textDocument;
+      params.range = this.lastTarget.range;
     }
     if (opts.maxTokens) params.maxTokens = opts.maxTokens;
 
@@ -456,12 +484,14 @@ export class Contenox implements vscode.Disposable {
     this.askCts = cts;
     let text = '';
     const q = question;
-    this.answer.open(q);
+    const seq = ++this.panelAsk;
+    const shown = () => this.panelAsk === seq;
+    void this.answer.open(q, this.history);
     const sub = client.onProgress(partialToken, (value) => {
       const piece = (value as AskPartial | undefined)?.text;
       if (typeof piece === 'string') {
         text += piece;
-        void this.answer.update(q, text, 'streaming');
+        if (shown()) void this.answer.update(q, text, 'streaming');
       }
     });
     try {
@@ -472,15 +502,20 @@ export class Contenox implements vscode.Disposable {
           return client.sendRequest<AskResult>(Methods.ask, params, cts.token);
         },
       );
-      await this.answer.update(q, result.text, 'done', result.metrics);
+      // The server appended the finished answer to the conversation; so does the history
+      // (unless a new conversation was started meanwhile).
+      if (this.conversationId === conversationId) {
+        this.history.push({ question: q, answer: result.text, metrics: result.metrics, turn: result.turn });
+      }
+      if (shown()) await this.answer.update(q, result.text, 'done', result.metrics);
       return result;
     } catch (err) {
       const d = describeError(err);
       if (d.cancelled || cts.token.isCancellationRequested) {
-        await this.answer.update(q, text, 'cancelled');
+        if (shown()) await this.answer.update(q, text, 'cancelled');
         return undefined;
       }
-      await this.answer.update(q, text, 'error', undefined, d.message);
+      if (shown()) await this.answer.update(q, text, 'error', undefined, d.message);
       this.showRequestError('Ask', d);
       return undefined;
     } finally {
@@ -489,6 +524,20 @@ export class Contenox implements vscode.Disposable {
       cts.dispose();
       void this.pollStatus();
     }
+  }
+
+  /** "Contenox: New Conversation": a fresh conversation id, no history, an empty panel. A
+   * running ask is cancelled (a cancelled answer joins no conversation). The server keeps the
+   * old conversation (contenox/conversation can list or clear it). */
+  newConversation(): string {
+    this.cancelAsk();
+    this.panelAsk++;
+    this.conversationId = newConversationId();
+    this.history = [];
+    this.lastTarget = undefined;
+    void this.answer.reset();
+    this.scheduleRefresh(0);
+    return this.conversationId;
   }
 
   /** Cancel the running ask ($/cancelRequest through the client). */

@@ -189,16 +189,27 @@ export function metricsLine(m: AskMetrics): string {
 
 export type AskState = 'waiting' | 'streaming' | 'done' | 'cancelled' | 'error';
 
-/** The Markdown shown in the answer panel. */
+/** A finished turn of the conversation the answer panel shows (kept by the controller). */
+export interface ConversationTurn {
+  question: string;
+  answer: string;
+  metrics?: AskMetrics;
+  /** The server's number of this turn in its conversation. */
+  turn?: number;
+}
+
+/**
+ * The Markdown of one answer in the answer panel: the answer (the model's Markdown) and a
+ * footer with the state or the metrics. The question is not part of it: it is user text and
+ * goes into the page escaped (questionHtml), never through the Markdown renderer.
+ */
 export function askMarkdown(
-  question: string,
   text: string,
   state: AskState,
   metrics?: AskMetrics,
   error?: string,
 ): string {
-  const quoted = question.split('\n').map((l) => `> ${l}`).join('\n');
-  const out = [`${quoted}`, ''];
+  const out: string[] = [];
   if (text) out.push(text);
   else if (state === 'waiting' || state === 'streaming') out.push('_Waiting for the first token…_');
   out.push('');
@@ -220,8 +231,14 @@ export function askMarkdown(
   return out.join('\n');
 }
 
+/** A question as a quote, HTML-escaped (line breaks kept by the page's `white-space`). */
+export function questionHtml(question: string): string {
+  return `<blockquote class="question">${escapeHtml(question)}</blockquote>`;
+}
+
 export function escapeHtml(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;')
+    .replace(/'/g, '&#39;');
 }
 
 // -- errors ----------------------------------------------------------------------------------

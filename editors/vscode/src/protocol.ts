@@ -12,6 +12,7 @@ export const Methods = {
   status: 'contenox/status',
   snapshot: 'contenox/snapshot',
   document: 'contenox/document',
+  conversation: 'contenox/conversation',
 } as const;
 
 /** Commands the server executes (workspace/executeCommand). The language client registers
@@ -68,6 +69,8 @@ export interface ExplainParams {
   position?: Position;
   question?: string;
   includeText?: boolean;
+  /** Show this conversation's earlier turns among the segments (see AskParams). */
+  conversationId?: string;
 }
 
 export interface Capabilities {
@@ -121,6 +124,9 @@ export interface AskParams {
   textDocument?: TextDocumentIdentifier;
   range?: Range;
   maxTokens?: number;
+  /** 1–200 characters, chosen by the client: the conversation's earlier turns are part of the
+   * prompt, and a finished answer is appended to it. */
+  conversationId?: string;
   partialResultToken?: string | number;
   workDoneToken?: string | number;
 }
@@ -128,6 +134,9 @@ export interface AskParams {
 export interface AskResult {
   text: string;
   metrics: AskMetrics;
+  /** With a `conversationId` in the params: that id, and the number of this turn in it. */
+  conversationId?: string;
+  turn?: number;
 }
 
 /** The `value` of a `$/progress` notification carrying an ask's partial result. */
@@ -153,6 +162,43 @@ export interface UnpinResult {
 
 export interface ListPinsResult {
   pins: PinInfo[];
+}
+
+/** `contenox/conversation` params. */
+export interface ConversationParams {
+  action: 'list' | 'clear';
+  conversationId?: string;
+}
+
+/** One conversation in `contenox/conversation` `list` without an id. */
+export interface ConversationSummary {
+  conversationId: string;
+  turns: number;
+  /** Seconds since the epoch of the last appended turn. */
+  updated: number;
+  lastQuestion: string | null;
+}
+
+/** `list` without an id: every conversation, newest first. */
+export interface ConversationListResult {
+  active: string | null;
+  conversations: ConversationSummary[];
+}
+
+export interface ConversationTurnInfo {
+  question: string;
+  answer: string;
+}
+
+/** `list` with an id: that conversation's turns, oldest first (empty when unknown). */
+export interface ConversationTurnsResult {
+  conversationId: string;
+  turns: ConversationTurnInfo[];
+}
+
+/** `clear`: how many conversations were removed. */
+export interface ConversationClearResult {
+  removed: number;
 }
 
 export type ServerState = 'cold' | 'warming' | 'warm' | 'busy' | 'error';

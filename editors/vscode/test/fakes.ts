@@ -91,6 +91,11 @@ export interface FakeWebviewPanel {
   html: string[];
   posted: { type: string; html: string }[];
   disposed: boolean;
+  /** The listeners of `webview.onDidReceiveMessage`. */
+  messageListeners: ((message: unknown) => unknown)[];
+  /** Simulate the page posting `message` (acquireVsCodeApi().postMessage); resolves when
+   * what the listeners returned (e.g. the ask they started) has settled. */
+  receive(message: unknown): Promise<unknown[]>;
 }
 
 /** A fake `vscode` module. `config` holds `contenox.*` settings (keys without the prefix). */
@@ -148,7 +153,10 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
       },
       createStatusBarItem: () => statusItem,
       createWebviewPanel: (_type: string, title: string) => {
-        const record: FakeWebviewPanel = { title, html: [], posted: [], disposed: false };
+        const record: FakeWebviewPanel = {
+          title, html: [], posted: [], disposed: false, messageListeners: [],
+          receive: (message) => Promise.all([...record.messageListeners].map((l) => l(message))),
+        };
         panels.push(record);
         const disposeEmitter = new FakeEventEmitter<void>();
         return {
@@ -157,10 +165,14 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
             set html(v: string) { record.html.push(v); },
             get html() { return record.html[record.html.length - 1] ?? ''; },
             postMessage: async (m: { type: string; html: string }) => { record.posted.push(m); return true; },
+            onDidReceiveMessage: (listener: (message: unknown) => unknown) => {
+              record.messageListeners.push(listener);
+              return { dispose: () => { record.messageListeners = record.messageListeners.filter((l) => l !== listener); } };
+            },
           },
           reveal() {},
           onDidDispose: disposeEmitter.event,
-          dispose() { record.disposed = true; disposeEmitter.fire(); },
+          dispose() { if (record.disposed) return; record.disposed = true; disposeEmitter.fire(); },
         };
       },
       showInformationMessage: (text: string, ...items: string[]) => { messages.push({ level: 'info', text, items }); return Promise.resolve(undefined); },

@@ -11,7 +11,15 @@ import { after, before, describe, test } from 'node:test';
 import { ProgressType } from 'vscode-languageserver-protocol/node';
 import { activateWith, COMMANDS, type Contenox } from '../src/controller';
 import { describeError, explainView, statusBarView } from '../src/format';
-import { SERVER_COMMANDS, type AskResult, type ExplainResult, type StatusResult } from '../src/protocol';
+import {
+  SERVER_COMMANDS,
+  type AskResult,
+  type ConversationClearResult,
+  type ConversationListResult,
+  type ConversationTurnsResult,
+  type ExplainResult,
+  type StatusResult,
+} from '../src/protocol';
 import { createFakeVscode } from './fakes';
 import { fileUri, initialize, makeWorkspace, startServer, withTimeout, type RunningServer } from './server';
 
@@ -173,6 +181,31 @@ describe('real server (contenox-lsp over stdio)', { timeout: 900_000 }, () => {
     assert.equal(typeof s.lastRequest?.ttftMs, 'number');
   });
 
+  test('contenox/ask with a conversationId numbers the turns; contenox/conversation lists and clears them', { timeout: T }, async () => {
+    const conversationId = `vscode-test-${Date.now()}`;
+    const ask = (question: string) => req<AskResult>('contenox/ask', {
+      question, textDocument: { uri: appUri }, maxTokens: MAX_TOKENS, conversationId,
+    });
+    const first = await ask('What does add return?');
+    assert.equal(first.conversationId, conversationId);
+    assert.equal(first.turn, 1);
+    const second = await ask('And for two strings?');
+    assert.equal(second.conversationId, conversationId);
+    assert.equal(second.turn, 2);
+    const explained = await req<ExplainResult>('contenox/explainContext', { conversationId });
+    const labels = explained.segments.map((s) => s.label);
+    assert.ok(labels.some((l) => /earlier turn 1/.test(l)) && labels.some((l) => /earlier turn 2/.test(l)), labels.join(','));
+    const turns = await req<ConversationTurnsResult>('contenox/conversation', { action: 'list', conversationId });
+    assert.deepEqual(turns.turns.map((t) => t.question), ['What does add return?', 'And for two strings?']);
+    assert.equal(turns.turns[1].answer, second.text);
+    const list = await req<ConversationListResult>('contenox/conversation', { action: 'list' });
+    assert.equal(list.active, conversationId);
+    assert.equal(list.conversations[0].conversationId, conversationId);
+    assert.equal(list.conversations[0].turns, 2);
+    const cleared = await req<ConversationClearResult>('contenox/conversation', { action: 'clear', conversationId });
+    assert.equal(cleared.removed, 1);
+  });
+
   test('contenox/pin puts the file into a pinned segment; unpin takes it out', { timeout: T }, async () => {
     const utilUri = fileUri(path.join(ws, 'util.py'));
     const p = await req<any>('contenox/pin', { uri: utilUri });
@@ -266,10 +299,26 @@ describe('real server (contenox-lsp over stdio)', { timeout: 900_000 }, () => {
 
       const r = await fake.run(COMMANDS.ask, { question: 'What does add return?', maxTokens: MAX_TOKENS });
       assert.ok(r && r.text.length > 0, 'the next ask answers');
+      assert.equal(r.conversationId, contenox.conversationId);
+      assert.equal(r.turn, 1, 'the cancelled ask did not join the conversation');
       assert.match(fake.panels[0].html.at(-1)!, /TTFT/);
       const status = await contenox.pollStatus();
       assert.ok(status && STATES.includes(status.state));
       assert.match(fake.statusItem.text, /tok/);
+    });
+
+    test('a follow-up from the panel continues the conversation; New Conversation starts over', { timeout: T }, async () => {
+      const id = contenox.conversationId;
+      const [r] = await fake.panels[0].receive({ type: 'ask', question: 'Why?' }) as (AskResult | undefined)[];
+      assert.ok(r, fake.messages.map((m) => m.text).join('\n'));
+      assert.equal(r.conversationId, id);
+      assert.equal(r.turn, 2);
+      assert.match(fake.panels[0].html.at(-1)!, /What does add return\?[\s\S]*Why\?/);
+      await fake.run(COMMANDS.newConversation);
+      assert.notEqual(contenox.conversationId, id);
+      const fresh = await fake.run(COMMANDS.ask, { question: 'What does add return?', maxTokens: MAX_TOKENS });
+      assert.equal(fresh.turn, 1);
+      assert.doesNotMatch(fake.panels[0].html.at(-1)!, /Why\?/);
     });
   });
 

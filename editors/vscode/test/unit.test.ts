@@ -3,7 +3,10 @@
  * injected fakes for `vscode` and the language client (no VS Code, no server).
  */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { describe, test } from 'node:test';
+import * as vm from 'node:vm';
 import { activateWith, COMMANDS, type Contenox } from '../src/controller';
 import { describeError, explainTable, explainView, statusBarView, shortModel } from '../src/format';
 import { SERVER_COMMANDS, type ExplainResult, type StatusResult } from '../src/protocol';
@@ -162,7 +165,9 @@ describe('commands', () => {
     assert.equal(result.totalTokens, 780);
     assert.ok(fake.executed.some((e) => e.id === 'contenox.context.focus'));
     const req = client.sent.find((r) => r.method === 'contenox/explainContext');
-    assert.deepEqual(req?.params, { textDocument: { uri: FILE_URI }, position: { line: 3, character: 4 } });
+    assert.deepEqual(req?.params, {
+      conversationId: contenox.conversationId, textDocument: { uri: FILE_URI }, position: { line: 3, character: 4 },
+    });
     const provider = fake.treeView.provider;
     const nodes = provider.getChildren();
     const items = nodes.map((n: unknown) => provider.getTreeItem(n));
@@ -205,7 +210,8 @@ describe('commands', () => {
     assert.ok(!('maxTokens' in req.params), 'the server default (initializationOptions) applies');
     assert.equal(client.progressListeners(req.params.partialResultToken), 0, 'progress listener disposed');
     const panel = fake.panels[0];
-    assert.equal(panel.title, 'Contenox: Ask');
+    assert.equal(panel.title, 'Contenox: Conversation');
+    assert.equal(req.params.conversationId, contenox.conversationId);
     const final = panel.html[panel.html.length - 1];
     assert.match(final, /It adds `a` and `b`\./);
     assert.match(final, /TTFT 120 ms/);
@@ -394,6 +400,241 @@ describe('commands', () => {
     subscriptions.forEach((s) => s.dispose());
     await flush();
     assert.equal(client.stopped, 1);
+  });
+});
+
+/** An ask handler that answers "answer <n>" and reports the turn like the server does. */
+function conversationServer(c: FakeClient): { turns: Map<string, number> } {
+  const turns = new Map<string, number>();
+  c.handlers['contenox/ask'] = (params) => {
+    const n = (turns.get(params.conversationId) ?? 0) + 1;
+    turns.set(params.conversationId, n);
+    return { text: `answer ${n} to ${params.question}`, metrics: { ttftMs: 50 }, conversationId: params.conversationId, turn: n };
+  };
+  return { turns };
+}
+
+const asks = (client: FakeClient) => client.sent.filter((r) => r.method === 'contenox/ask');
+
+describe('conversation', () => {
+  test('asks in a row continue one conversation; the panel shows the earlier turns', async () => {
+    const { fake, client, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    const first = await fake.run(COMMANDS.ask, 'What does add do?');
+    assert.equal(first.turn, 1);
+    const second = await fake.run(COMMANDS.ask, 'And for strings?');
+    assert.equal(second.turn, 2);
+    const [a, b] = asks(client);
+    assert.equal(typeof a.params.conversationId, 'string');
+    assert.ok(a.params.conversationId.length >= 1 && a.params.conversationId.length <= 200);
+    assert.equal(b.params.conversationId, a.params.conversationId, 'the follow-up continues the conversation');
+    assert.equal(contenox.conversationId, a.params.conversationId);
+    assert.deepEqual(contenox.history.map((t) => [t.question, t.answer, t.turn]), [
+      ['What does add do?', 'answer 1 to What does add do?', 1],
+      ['And for strings?', 'answer 2 to And for strings?', 2],
+    ]);
+    assert.equal(fake.panels.length, 1, 'one panel, reused');
+    const panel = fake.panels[0];
+    // The page rendered for the second question already holds the first turn above it.
+    const opened = panel.html.find((h) => h.includes('And for strings?'))!;
+    assert.ok(opened, 'the second question was rendered');
+    assert.ok(opened.indexOf('What does add do?') >= 0 && opened.indexOf('What does add do?') < opened.indexOf('And for strings?'));
+    assert.match(opened, /answer 1 to What does add do\?/);
+    const final = panel.html.at(-1)!;
+    assert.match(final, /What does add do\?[\s\S]*answer 1 to What does add do\?[\s\S]*And for strings\?[\s\S]*answer 2 to And for strings\?/);
+    assert.match(final, /TTFT 50 ms/);
+    // Explain Context shows the same conversation's segments.
+    await fake.run(COMMANDS.explainContext);
+    assert.equal(client.sent.find((r) => r.method === 'contenox/explainContext')!.params.conversationId, a.params.conversationId);
+    contenox.dispose();
+  });
+
+  test('questions are escaped, never rendered as Markdown or HTML', async () => {
+    const { fake, contenox } = await activate({
+      setup: (c) => { c.handlers['contenox/ask'] = () => ({ text: 'plain answer', metrics: {} }); },
+    });
+    const evil = '<img src=x onerror="alert(1)"> & **bold**';
+    await fake.run(COMMANDS.ask, evil);
+    await fake.run(COMMANDS.ask, 'next');
+    const final = fake.panels[0].html.at(-1)!;
+    assert.ok(!final.includes('<img src=x'), 'no HTML from the question');
+    const escaped = '&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; **bold**';
+    assert.equal(final.split(`<blockquote class="question">${escaped}</blockquote>`).length, 2,
+      'the earlier question is shown once, escaped');
+    assert.ok(!fake.renderedMarkdown.some((md) => md.includes('onerror')), 'questions do not go through the Markdown renderer');
+    contenox.dispose();
+  });
+
+  test('New Conversation starts a new id; the next ask does not show the earlier turn', async () => {
+    const { fake, client, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    await fake.run(COMMANDS.ask, 'first question');
+    const oldId = contenox.conversationId;
+    const newId = await fake.run(COMMANDS.newConversation);
+    assert.notEqual(newId, oldId);
+    assert.equal(contenox.conversationId, newId);
+    assert.deepEqual(contenox.history, []);
+    const panel = fake.panels[0];
+    await flush();
+    assert.doesNotMatch(panel.html.at(-1)!, /first question/, 'the panel is reset');
+    assert.match(panel.html.at(-1)!, /A new conversation/);
+    const r = await fake.run(COMMANDS.ask, 'second question');
+    assert.equal(r.turn, 1, 'a new conversation starts at turn 1');
+    const [a, b] = asks(client);
+    assert.equal(a.params.conversationId, oldId);
+    assert.equal(b.params.conversationId, newId);
+    const final = panel.html.at(-1)!;
+    assert.match(final, /second question/);
+    assert.doesNotMatch(final, /first question/);
+    assert.equal(fake.panels.length, 1);
+    contenox.dispose();
+  });
+
+  test('New Conversation cancels a running ask, which then stays off the new panel', async () => {
+    let started!: () => void;
+    const running = new Promise<void>((r) => { started = r; });
+    const { fake, contenox } = await activate({
+      setup: (c) => {
+        c.handlers['contenox/ask'] = (params, req) => new Promise((_resolve, reject) => {
+          c.emitProgress(params.partialResultToken, { text: 'old partial' });
+          req.token!.onCancellationRequested(() => reject(Object.assign(new Error('cancelled'), { code: -32800 })));
+          started();
+        });
+      },
+    });
+    const pending = fake.run(COMMANDS.ask, 'slow question');
+    await running;
+    await fake.run(COMMANDS.newConversation);
+    assert.equal(await pending, undefined);
+    await new Promise((r) => setTimeout(r, 150)); // past the panel's render throttle
+    const last = fake.panels[0].html.at(-1)!;
+    assert.doesNotMatch(last, /slow question|old partial|Cancelled/);
+    assert.deepEqual(contenox.history, []);
+    contenox.dispose();
+  });
+
+  test('the page has a follow-up input and a New conversation button, under the CSP nonce', async () => {
+    const { fake, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    await fake.run(COMMANDS.ask, 'q');
+    const page = fake.panels[0].html.at(-1)!;
+    assert.match(page, /<textarea id="question"/);
+    assert.match(page, /<button id="ask"[^>]*>Ask<\/button>/);
+    assert.match(page, /<button id="new"[^>]*>New conversation<\/button>/);
+    assert.match(page, /acquireVsCodeApi\(\)/);
+    assert.match(page, /postMessage\(\{ type: 'ask', question \}\)/);
+    assert.match(page, /postMessage\(\{ type: 'new' \}\)/);
+    const nonce = /script-src 'nonce-([A-Za-z0-9]+)'/.exec(page)?.[1];
+    assert.ok(nonce, 'a script nonce in the CSP');
+    assert.equal(page.split('<script').length, 2, 'one script');
+    assert.match(page, new RegExp(`<script nonce="${nonce}">`));
+    contenox.dispose();
+  });
+
+  test('an ask message from the page asks in the current conversation', async () => {
+    const { fake, client, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    fake.openEditor(FILE, 'python', [3, 0], [4, 16]);
+    await fake.run(COMMANDS.ask, 'What does add do?');
+    // Focus moves into the panel: no file editor is active any more.
+    fake.vscode.window.activeTextEditor = undefined;
+    const panel = fake.panels[0];
+    assert.equal(panel.messageListeners.length, 1);
+    const [result] = await panel.receive({ type: 'ask', question: 'And for strings?' }) as any[];
+    assert.equal(result.turn, 2);
+    const [a, b] = asks(client);
+    assert.equal(b.params.question, 'And for strings?');
+    assert.equal(b.params.conversationId, a.params.conversationId);
+    assert.deepEqual(b.params.textDocument, { uri: FILE_URI }, 'the follow-up is about the same file');
+    assert.deepEqual(b.params.range, a.params.range);
+    assert.match(panel.html.at(-1)!, /What does add do\?[\s\S]*And for strings\?[\s\S]*answer 2 to And for strings\?/);
+    assert.equal(contenox.history.length, 2);
+    // Anything else from the page is ignored.
+    await panel.receive({ type: 'ask', question: 42 });
+    await panel.receive({ type: 'ask', question: '   ' });
+    await panel.receive({ type: 'bogus' });
+    await panel.receive('ask');
+    assert.equal(asks(client).length, 2);
+    contenox.dispose();
+  });
+
+  test('a new message from the page starts a new conversation', async () => {
+    const { fake, client, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    await fake.run(COMMANDS.ask, 'first question');
+    const oldId = contenox.conversationId;
+    const panel = fake.panels[0];
+    await panel.receive({ type: 'new' });
+    assert.notEqual(contenox.conversationId, oldId);
+    assert.deepEqual(contenox.history, []);
+    await flush();
+    assert.doesNotMatch(panel.html.at(-1)!, /first question/);
+    await panel.receive({ type: 'ask', question: 'fresh start' });
+    const b = asks(client)[1];
+    assert.equal(b.params.conversationId, contenox.conversationId);
+    assert.notEqual(b.params.conversationId, oldId);
+    assert.doesNotMatch(panel.html.at(-1)!, /first question/);
+    contenox.dispose();
+  });
+
+  test("the page's script posts ask/new messages and renders streamed answers (DOM stub)", async () => {
+    const { fake, contenox } = await activate({ setup: (c) => { conversationServer(c); } });
+    await fake.run(COMMANDS.ask, 'q');
+    const page = fake.panels[0].html.at(-1)!;
+    const script = /<script nonce="[^"]+">([\s\S]*?)<\/script>/.exec(page)![1];
+    const run = (state: unknown) => {
+      const posted: unknown[] = [];
+      const saved: unknown[] = [];
+      type Handler = (e: any) => void;
+      const el = (id: string) => {
+        const on: Record<string, Handler> = {};
+        return {
+          id, value: '', innerHTML: '', focused: false, on,
+          addEventListener: (type: string, h: Handler) => { on[type] = h; },
+          focus() { this.focused = true; },
+        };
+      };
+      const els: Record<string, ReturnType<typeof el>> = {
+        current: el('current'), question: el('question'), ask: el('ask'), new: el('new'),
+      };
+      const winOn: Record<string, Handler> = {};
+      const sandbox = {
+        acquireVsCodeApi: () => ({
+          postMessage: (m: unknown) => posted.push(JSON.parse(JSON.stringify(m))), // a clone, as postMessage does
+          getState: () => state,
+          setState: (s: unknown) => saved.push(JSON.parse(JSON.stringify(s))),
+        }),
+        document: { getElementById: (id: string) => els[id], body: { dataset: { scroll: 'restore' }, scrollHeight: 1000 } },
+        window: { innerHeight: 500, scrollY: 0, addEventListener: (t: string, h: Handler) => { winOn[t] = h; }, scrollTo() {} },
+      };
+      vm.runInNewContext(script, sandbox);
+      return { posted, saved, els, winOn };
+    };
+    const a = run({ draft: 'half a question', focused: true });
+    assert.equal(a.els.question.value, 'half a question', 'the draft survives a re-render of the page');
+    assert.equal(a.els.question.focused, true);
+    a.els.question.value = '  Why?  ';
+    let prevented = false;
+    a.els.question.on.keydown({ key: 'Enter', shiftKey: false, isComposing: false, preventDefault: () => { prevented = true; } });
+    assert.equal(prevented, true);
+    assert.deepEqual(a.posted, [{ type: 'ask', question: 'Why?' }]);
+    assert.equal(a.els.question.value, '', 'the input is cleared');
+    a.els.question.value = 'line one';
+    a.els.question.on.keydown({ key: 'Enter', shiftKey: true, preventDefault: () => assert.fail('Shift+Enter is a new line') });
+    a.els.ask.on.click({});
+    a.els.new.on.click({});
+    assert.deepEqual(a.posted.slice(1), [{ type: 'ask', question: 'line one' }, { type: 'new' }]);
+    a.winOn.message({ data: { type: 'render', html: '<p>streamed</p>' } });
+    assert.equal(a.els.current.innerHTML, '<p>streamed</p>');
+    const b = run(undefined);
+    assert.equal(b.els.question.value, '');
+    b.els.ask.on.click({});
+    assert.deepEqual(b.posted, [], 'an empty question is not sent');
+    contenox.dispose();
+  });
+
+  test('package.json contributes exactly the extension commands', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.resolve('package.json'), 'utf8'));
+    const contributed: string[] = pkg.contributes.commands.map((c: { command: string }) => c.command).sort();
+    for (const id of SERVER_COMMANDS) assert.ok(!contributed.includes(id), id);
+    assert.deepEqual(contributed, Object.values(COMMANDS).sort());
+    const nc = pkg.contributes.commands.find((c: { command: string }) => c.command === COMMANDS.newConversation);
+    assert.deepEqual([nc.title, nc.category], ['New Conversation', 'Contenox']);
   });
 });
 

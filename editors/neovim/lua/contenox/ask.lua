@@ -1,11 +1,50 @@
 -- :ContenoxAsk — the answer streams into a floating window from `$/progress` partial
 -- results; <C-c> in the window cancels the request ($/cancelRequest).
+--
+-- Every ask carries the current conversation id (`conversationId`), so consecutive asks
+-- continue one conversation: the server puts its earlier turns into the prompt and numbers
+-- the answers (`turn`). One id per Neovim instance, shared by all buffers; :ContenoxNew
+-- (`new_conversation()`) starts another.
 local util = require('contenox.util')
 local progress = require('contenox.progress')
 
 local M = {}
 
 local seq = 0
+
+--- The current conversation's id (nil until the first ask or `new_conversation()`).
+---@type string?
+M.conversation = nil
+
+local function random_suffix()
+  local ok, bytes = pcall(vim.uv.random, 4)
+  local n = 0
+  if ok and type(bytes) == 'string' and #bytes == 4 then
+    for i = 1, 4 do
+      n = n * 256 + bytes:byte(i)
+    end
+  else
+    n = (vim.uv.hrtime() + vim.uv.getpid() * 7919) % 4294967296
+  end
+  return n
+end
+
+--- Start a new conversation: a fresh id for the following asks. Returns it.
+---@return string
+function M.new_conversation()
+  local id
+  repeat
+    id = ('nvim-%d-%d'):format(os.time(), random_suffix())
+  until id ~= M.conversation
+  M.conversation = id
+  return id
+end
+
+--- The current conversation's id (one is started when there is none).
+---@return string
+function M.conversation_id()
+  return M.conversation or M.new_conversation()
+end
 
 ---@class contenox.AskState
 ---@field question string
@@ -14,7 +53,9 @@ local seq = 0
 ---@field request_id integer?
 ---@field pieces string[]  partial results, in arrival order
 ---@field text string      what the window shows (the pieces so far, then the final text)
----@field result table?    the response {text, metrics}
+---@field conversation_id string  the conversation this ask belongs to
+---@field turn integer?    the answer's turn in the conversation (1 for the first), once done
+---@field result table?    the response {text, metrics, conversationId, turn}
 ---@field err table?       the error response
 ---@field done boolean
 ---@field cancelled boolean
@@ -77,6 +118,7 @@ end
 ---@field bufnr? integer    the buffer the question is about (default: current)
 ---@field range? {start: integer, ['end']: integer}  0-based line range (inclusive) of a selection
 ---@field max_tokens? integer
+---@field conversation_id? string  the conversation to continue (default: the current one)
 ---@field on_done? fun(state: contenox.AskState)
 
 --- Ask a question; returns the state (nil when there is no client).
@@ -95,7 +137,8 @@ function M.ask(question, opts)
   end
   seq = seq + 1
   local token = ('contenox-ask-%d-%d'):format(vim.uv.getpid(), seq)
-  local params = { question = question, partialResultToken = token }
+  local conversation_id = opts.conversation_id or M.conversation_id()
+  local params = { question = question, partialResultToken = token, conversationId = conversation_id }
   local uri = util.buf_uri(bufnr)
   if uri then
     params.textDocument = { uri = uri }
@@ -121,7 +164,8 @@ function M.ask(question, opts)
   })
   ---@type contenox.AskState
   local state = {
-    question = question, token = token, client_id = client.id, pieces = {}, text = '',
+    question = question, token = token, client_id = client.id, conversation_id = conversation_id,
+    pieces = {}, text = '',
     done = false, cancelled = false, buf = buf, win = win,
   }
   M.current = state
@@ -162,7 +206,16 @@ function M.ask(question, opts)
     else
       state.result = result
       state.text = result.text or state.text
-      render(state, '[' .. util.metrics_line(result.metrics) .. ']')
+      local footer = util.metrics_line(result.metrics)
+      if type(result.turn) == 'number' then
+        state.turn = result.turn
+        footer = 'turn ' .. result.turn .. (footer ~= '' and (' · ' .. footer) or '')
+        if vim.api.nvim_win_is_valid(state.win) then
+          pcall(vim.api.nvim_win_set_config, state.win,
+            { title = (' Contenox: Ask · turn %d '):format(result.turn), title_pos = 'center' })
+        end
+      end
+      render(state, '[' .. footer .. ']')
     end
     require('contenox.status').refresh()
     if opts.on_done then

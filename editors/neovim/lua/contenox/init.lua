@@ -115,6 +115,27 @@ function M.ask(question, opts)
   return require('contenox.ask').ask(question, opts)
 end
 
+--- :ContenoxNew — start a new conversation (a new id for the following asks); with a
+--- question, ask it in the new conversation. Returns the ask's state when one was started.
+---@param question? string
+---@param opts? contenox.AskOpts
+---@return contenox.AskState?
+function M.new_conversation(question, opts)
+  local ask = require('contenox.ask')
+  local id = ask.new_conversation()
+  if question and vim.trim(question) ~= '' then
+    return ask.ask(question, vim.tbl_extend('force', opts or {}, { conversation_id = id }))
+  end
+  util.notify('new conversation started; :ContenoxAsk continues it')
+  return nil
+end
+
+--- The id of the current conversation (sent as `conversationId` with every ask).
+---@return string
+function M.conversation_id()
+  return require('contenox.ask').conversation_id()
+end
+
 --- Cancel the running ask.
 function M.cancel()
   return require('contenox.ask').cancel()
