@@ -6,7 +6,8 @@ over budget the oldest turns are shrunk and dropped first, never the repository 
 idle prefill assembles with the active conversation (the one asked in last), so after an
 answer its turn is prefilled in idle time and a follow-up prefills only the new question.
 
-Conversations are kept per workspace in one JSON file beside the snapshots, written
+Conversations are kept per workspace in one JSON file (``snapshot_store.conversations_dir``,
+beside the snapshots), written
 atomically (a temporary file renamed over the old one): a server killed at any moment leaves
 the old file or the new one, and a stale temporary file is removed on the next start. A file
 that does not parse is set aside (``.corrupt``) and the server starts with none.

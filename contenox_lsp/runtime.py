@@ -28,7 +28,7 @@ from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Notifier, Reporter
-from contenox_lsp.snapshot_store import workspace_store
+from contenox_lsp.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
@@ -107,11 +107,7 @@ class Runtime:
             self._notifier.show(f"contenox: the model could not be loaded: {exc.message}",
                                 types.MessageType.Error)
             return
-        session = self.worker.session
-        if session is not None:
-            # Beside this workspace's snapshots (the store's folder is per workspace).
-            await asyncio.to_thread(
-                lambda: self.conversations.open(self.snapshots.store(session).directory))
+        await asyncio.to_thread(self.conversations.open, conversations_dir(self.roots()))
         await self.idle.refresh()
 
     async def reindex(self, refresh: bool = True) -> None:

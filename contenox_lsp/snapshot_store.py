@@ -26,9 +26,20 @@ def snapshot_store(
     if base is None:
         configured = str(profile.get("cache.snapshot_dir"))
         base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
+    return SnapshotStore(base / workspace_key(roots),
+                         int(profile.get("cache.snapshot_budget_bytes")))
+
+
+def workspace_key(roots: Path | Sequence[Path]) -> str:
+    """The folder name of one workspace (its root folders) in per-workspace caches."""
     folders = [roots] if isinstance(roots, Path) else list(roots)
-    ws = hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
-    return SnapshotStore(base / ws, int(profile.get("cache.snapshot_budget_bytes")))
+    return hashlib.sha256("\n".join(str(r) for r in folders).encode()).hexdigest()[:16]
+
+
+def conversations_dir(roots: Sequence[Path]) -> Path:
+    """Where this workspace's conversations are kept: ``<cache dir>/conversations/<key>``,
+    beside the snapshots (and kept on backends without snapshots too)."""
+    return cache_dir() / "conversations" / workspace_key(roots)
 
 
 def snapshot_writer(session: Session) -> Callable[[Path], None]:

@@ -25,6 +25,7 @@ from test_lsp_support import (
     server_env,
     start_client,
     stop_client,
+    wait_until,
     wait_warm,
 )
 from test_workspace_session import make_repo
@@ -54,7 +55,9 @@ def _cli(root: Path, *args: str) -> dict[str, Any]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def server(workspace: Path) -> AsyncIterator[LanguageClient]:
-    client = await start_client(workspace, "neovim")
+    # Automatic snapshots off: the CLI's ask is what saves the stable prefix here (the other
+    # direction, the server saving and the CLI restoring, is the last test).
+    client = await start_client(workspace, "neovim", {"autoSnapshots": False})
     open_doc(client, workspace / "json" / "decoder.py")
     await wait_warm(client)
     yield client
@@ -95,3 +98,19 @@ async def test_a_snapshot_saved_by_the_cli_is_restored_by_the_server(
     loaded = await request(server, "contenox/snapshot", {"action": "load"})
     assert loaded["loaded"] is True
     assert loaded["snapshot"]["tokens"] == stable
+
+
+async def test_the_cli_restores_the_stable_prefix_the_server_saved(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "ws")
+    client = await start_client(root, "neovim")
+    try:
+        open_doc(client, root / "json" / "decoder.py")
+        explained = await wait_warm(client)
+        stable = explained["stableEnd"]
+        await wait_until(lambda: request(client, "contenox/status", None),
+                         lambda s: (s["snapshots"]["lastSaved"] or {}).get("tokens") == stable)
+    finally:
+        await stop_client(client)
+    asked = _cli(root, "ask", QUESTION)
+    assert asked["metrics"]["restoredFromSnapshot"] == stable > 0
+    assert asked["metrics"]["stableSnapshotSaved"] is False  # it was there already
