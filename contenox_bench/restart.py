@@ -4,7 +4,8 @@ For each stable-prefix size (the repo map plus pinned files, grown until ``stabl
 the size):
 
 - warm: a server warms up on the bench workspace (its idle prefill saves the stable prefix as
-  a snapshot) and is asked the question: a warm ask's TTFT;
+  a snapshot) and is asked the question three times, at other cursor lines (so each ask's
+  cursor context is new, as after a restart): the median warm ask's TTFT;
 - restart: that server is shut down, a new one starts on the same workspace and caches, and
   is asked the same question as soon as the model is loaded and the index built (not waiting
   for warm): TTFT and reused tokens of the first ask after a restart;
@@ -37,7 +38,11 @@ QUESTION = "What does this module do, in one sentence?"
 FOLLOW_UP = "Which function should I read first?"
 FIRST_IN_CONVERSATION = "What does JSONDecoder.raw_decode return?"
 OPEN_FILE = "json/decoder.py"
-#: Pinned in this order until the stable prefix reaches the size.
+#: Warm asks measured (the median is reported), each with a new cursor context.
+WARM_ASKS = 3
+#: The cursor line of the asks after a restart (0-based).
+ASK_LINE = 40
+#: Pinned in this order until the stable prefix reaches the size (the last one in part).
 PIN_ORDER = ("json/decoder.py", "json/encoder.py", "textwrap.py", "shlex.py", "glob.py",
              "fnmatch.py", "json/scanner.py", "json/__init__.py")
 
@@ -103,31 +108,58 @@ async def _warm(root: Path, options: dict[str, Any], cache: Path, size: int, tim
     client = await _client(root, options, cache, err)
     try:
         await wait_ready(client, True, timeout)
-        pins: list[str] = []
+        pins = await _grow_stable(client, root, size, timeout)
         explain = await client.request("contenox/explainContext", None, timeout)
-        for rel in PIN_ORDER:
-            if explain["stableEnd"] >= size:
-                break
-            await client.request("contenox/pin", {"uri": (root / rel).as_uri()}, timeout)
-            pins.append(rel)
-            await asyncio.sleep(0.5)
-            await wait_ready(client, True, timeout)
-            explain = await client.request("contenox/explainContext", None, timeout)
         await _wait_saved(client, explain["stableEnd"], timeout)
-        ask = await _ask(client, root, "warm", QUESTION, None, timeout)
+        asks = []
+        for i in range(WARM_ASKS):
+            # Each at another line: its cursor context is new, as the restart ask's is.
+            asks.append(await _ask(client, root, f"warm-{i}", QUESTION, None, timeout,
+                                   line=ASK_LINE + 24 * (i + 1)))
+            await wait_ready(client, True, timeout)
+        ask = sorted(asks, key=lambda a: a["ttft_ms"])[len(asks) // 2]  # the median ask
         return {"pins": pins, "stable_tokens": explain["stableEnd"],
                 "prompt_tokens": ask["prompt_tokens"], "ask": ask}
     finally:
         await client.close()
 
 
-async def _first_ask(root: Path, options: dict[str, Any], cache: Path, pins: list[str],
+async def _grow_stable(client: EditorClient, root: Path, size: int,
+                       timeout: float) -> list[dict[str, Any]]:
+    """Pin files (the last one in part) until the stable prefix holds about ``size`` tokens;
+    returns the pin requests, to repeat on the next server (pins are not kept)."""
+    pins: list[dict[str, Any]] = []
+    explain = await client.request("contenox/explainContext", None, timeout)
+    for rel in PIN_ORDER:
+        need = size - explain["stableEnd"]
+        if need <= 0:
+            break
+        uri = (root / rel).as_uri()
+        pinned = await client.request("contenox/pin", {"uri": uri}, timeout)
+        tokens = pinned["pin"]["tokens"] or 0
+        request: dict[str, Any] = {"uri": uri}
+        if tokens > need:  # only part of this file: its first lines, in proportion
+            await client.request("contenox/unpin", {"uri": uri}, timeout)
+            n_lines = len((root / rel).read_text("utf-8").splitlines())
+            last = max(1, n_lines * need // tokens)
+            request["range"] = {"start": {"line": 0, "character": 0},
+                                "end": {"line": last, "character": 0}}
+            await client.request("contenox/pin", request, timeout)
+        pins.append(request)
+        await asyncio.sleep(0.5)
+        await wait_ready(client, True, timeout)
+        explain = await client.request("contenox/explainContext", None, timeout)
+    return pins
+
+
+async def _first_ask(root: Path, options: dict[str, Any], cache: Path,
+                     pins: list[dict[str, Any]],
                      timeout: float, err: Any, *, follow: bool) -> dict[str, Any]:
     """Start a server with ``pins`` and ask as soon as it is loaded and indexed."""
     client = await _client(root, options, cache, err)
     try:
-        for rel in pins:
-            await client.request("contenox/pin", {"uri": (root / rel).as_uri()}, timeout)
+        for pin in pins:
+            await client.request("contenox/pin", pin, timeout)
         await wait_ready(client, False, timeout)
         ask = await _ask(client, root, "first", QUESTION, None, timeout)
         status = await client.request("contenox/status", None, timeout)
@@ -154,10 +186,11 @@ async def _follow_up(client: EditorClient, root: Path, timeout: float) -> dict[s
 
 
 async def _ask(client: EditorClient, root: Path, tag: str, question: str,
-               conversation: str | None, timeout: float) -> dict[str, Any]:
+               conversation: str | None, timeout: float, line: int = 0) -> dict[str, Any]:
     token = f"restart-{tag}-{time.monotonic_ns()}"
     result, ttft_ms, total_ms = await client.ask(
-        token, question, root / OPEN_FILE, 40, 8, timeout, conversation_id=conversation)
+        token, question, root / OPEN_FILE, line or ASK_LINE, 8, timeout,
+        conversation_id=conversation)
     m = result["metrics"]
     return {"ttft_ms": ttft_ms, "total_ms": total_ms, "prompt_tokens": m["promptTokens"],
             "reused_tokens": m["reusedTokens"], "new_tokens": m["newTokens"]}
