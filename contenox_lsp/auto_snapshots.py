@@ -67,6 +67,10 @@ class AutoSnapshots:
             self._store = self._store_for(session)
         return self._store
 
+    def forget_store(self) -> None:
+        """The workspace folders changed: the next call opens their store."""
+        self._store = None
+
     def view(self) -> dict[str, Any]:
         return {"auto": self.active(self._worker.session), "restored": self.restored,
                 "lastSaved": self.saved, "skipped": self.skipped}
@@ -113,7 +117,7 @@ class AutoSnapshots:
 
     # -- save ----------------------------------------------------------------------------------
 
-    def checkpoint(self, assembly: Assembly) -> int | None:
+    async def checkpoint(self, assembly: Assembly) -> int | None:
         """``stable_end`` when the idle prefill should stop there and save; None otherwise."""
         session = self._worker.session
         n = assembly.stable_end
@@ -122,7 +126,8 @@ class AutoSnapshots:
         assert session is not None
         if common_prefix_length(session.resident_tokens, assembly.tokens) >= n:
             return None  # already past it: saved, or saved at shutdown
-        if self.store(session).get(assembly.prefix_key(n)) is not None:
+        store = self.store(session)
+        if await asyncio.to_thread(store.get, assembly.prefix_key(n)) is not None:
             return None
         return n
 

@@ -172,7 +172,7 @@ class IdlePrefill:
         """Restore what a snapshot holds; else stop at the stable prefix and save it."""
         assert self.snapshots is not None
         await self.snapshots.restore(assembly)
-        stop = self.snapshots.checkpoint(assembly)
+        stop = await self.snapshots.checkpoint(assembly)
         if stop is None or self.target is not target:
             return
         stable = target[:stop]

@@ -112,6 +112,7 @@ class Runtime:
 
     async def reindex(self, refresh: bool = True) -> None:
         """(Re)build the repo index for the current workspace folders, with progress."""
+        self.snapshots.forget_store()  # the store is per set of workspace folders
         progress = await self._notifier.start_progress()
         progress.begin("Contenox: indexing", "walking the workspace")
         await self.context.set_roots(
