@@ -2,7 +2,8 @@
 
 Every change of a context input calls ``note_change()``. After ``debounce_ms`` of quiet the
 idle context (no question) is re-assembled and, when ``prefill_on_idle`` is on, the prompt up
-to the user turn is prefilled on the engine worker at background priority. A user request
+to its (empty) question — the cursor context at the last edit included — is prefilled on the
+engine worker at background priority. A user request
 preempts that job; ``kick()`` after each user request resumes it from what was committed.
 
 The collaborators are injected (the worker, an ``assemble`` coroutine, a notifier), so this
@@ -47,7 +48,7 @@ class IdlePrefill:
         self.snapshots = snapshots
         """Restores the stable prefix before prefilling it, saves it once prefilled."""
         self.target: list[int] | None = None
-        """The assembled prompt up to (not including) the user turn: what should be in KV."""
+        """The idle prompt up to its (empty) question: what should be in KV."""
         self.manifest: Manifest | None = None
         self.assembly: Assembly | None = None
         """The last idle assembly (the completion prompt takes its repository part)."""
@@ -92,7 +93,7 @@ class IdlePrefill:
         self._record_invalidation(assembly.manifest)
         self.manifest = assembly.manifest
         self.assembly = assembly
-        self.target = list(assembly.tokens[: assembly.user_start])
+        self.target = list(assembly.tokens[: assembly.question_start])
         if self.snapshots is not None:
             self.snapshots.remember(assembly)
         self.kick()

@@ -29,7 +29,7 @@ from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
-from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn
+from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
 from contextasm import Assembly
@@ -96,6 +96,10 @@ class Runtime:
         self.completion = CompletionService(self)
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
+        self.last_edit: tuple[Path, int] | None = None
+        """Where the last incremental edit left the cursor (file, 0-based line): the idle
+        prefill warms the cursor context there, so an ask at that line prefills only its
+        question."""
         self.start_task: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
@@ -145,6 +149,10 @@ class Runtime:
     def buffer_changed(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
                        encoding: str) -> None:
         """An open buffer was opened or edited (``edits``: the incremental changes)."""
+        if edits:
+            last = edits[-1]
+            self.last_edit = (path, int(last["range"]["start"]["line"])
+                              + str(last["text"]).count("\n"))
         self.context.update(path, text, edits, encoding)
         self.idle.note_change()
 
@@ -206,10 +214,19 @@ class Runtime:
             return await self.context.call(build)
 
     async def assemble_idle(self) -> Assembly:
-        """The assembly used for pre-prefill: no question, so segment I is just its markers;
-        the active conversation's turns are in it, so a follow-up prefills only itself."""
+        """The assembly used for pre-prefill: no question; the active conversation's turns are
+        in it (a follow-up prefills only itself), and the cursor context at the last edit (an
+        ask there prefills only its question)."""
         convs = self.conversations
-        return await self.assemble(TurnSpec(outputs=prompt_outputs(convs.turns(convs.active))))
+        outputs = prompt_outputs(convs.turns(convs.active))
+        if self.last_edit is not None:
+            path, line = self.last_edit
+            state = self._editor_state()
+            text = state.open_buffers.get(path)
+            if text is not None:
+                return await self.assemble(
+                    turn_at(state.roots, path, "", text=text, line=line, outputs=outputs))
+        return await self.assemble(TurnSpec(outputs=outputs))
 
     # -- engine jobs -----------------------------------------------------------------------------
 

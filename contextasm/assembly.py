@@ -103,6 +103,8 @@ class Assembly:
     segments: tuple[Segment, ...]
     manifest: Manifest
     dropped: tuple[DroppedSegment, ...] = ()
+    question_offset: int = 0
+    """Tokens of segment I before its question (the user-open marker, where the user is)."""
 
     @property
     def identity(self) -> ContextIdentity:
@@ -116,6 +118,12 @@ class Assembly:
     def user_start(self) -> int:
         """Token index where segment I starts: everything before it can be prefilled early."""
         return self.manifest.user_start
+
+    @property
+    def question_start(self) -> int:
+        """Token index where the question starts: everything before it (the user turn's file,
+        selection and cursor context included) is known before the question is."""
+        return self.manifest.user_start + self.question_offset
 
     @property
     def stable_end(self) -> int:
@@ -583,6 +591,11 @@ def _finish(
     assert len(tokens) == total_tokens(slots, block_size)  # the fit was computed on these
     stable_end = segments[last_stable].token_end if last_stable >= 0 else 0
     user = next(s for s in segments if s.kind is SegmentKind.USER)
+    user_variant = next(v for s, v in kept if s.kind is SegmentKind.USER)
+    q = render.question_piece(user_variant.pieces)
+    question_offset = sum(len(t) for t in user_variant.piece_tokens[:q])
+    if user.index == 0:
+        question_offset += len(user_variant.tokens) - sum(len(t) for t in user_variant.piece_tokens)
     manifest = Manifest(
         identity=identity,
         segments=tuple(s.record() for s in segments),
@@ -596,5 +609,6 @@ def _finish(
     if dropped:
         logger.info("context budget %d: left out %s", limit, ", ".join(d.label for d in dropped))
     return Assembly(
-        tokens=tokens, segments=tuple(segments), manifest=manifest, dropped=tuple(dropped)
+        tokens=tokens, segments=tuple(segments), manifest=manifest, dropped=tuple(dropped),
+        question_offset=question_offset,
     )

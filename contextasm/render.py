@@ -139,6 +139,11 @@ def output_label(entry: OutputEntry) -> str:
     return f"{OUTPUT_TITLES[entry.kind]} {entry.source}"
 
 
+def question_piece(pieces: Pieces) -> int:
+    """The index of the question in ``user``'s pieces: the last one that is not a marker."""
+    return max(i for i, (_, special) in enumerate(pieces) if not special)
+
+
 def user(
     fmt: PromptFormat,
     turn: UserTurn,
@@ -146,7 +151,8 @@ def user(
     selection_lines: int | None = None,
     cursor_lines: int | None = None,
 ) -> Pieces:
-    """The user turn between the format's user-open and close markers.
+    """The user turn between the format's user-open and close markers: where the user is (file,
+    selection, cursor context) then the question, as separate pieces (``question_piece``).
 
     ``selection_lines`` keeps the selection's first lines; ``cursor_lines`` keeps that many
     lines around the middle of the cursor context (where the cursor is).
@@ -172,14 +178,17 @@ def user(
             ctx = ctx[start : start + cursor_lines]
         if ctx:
             parts.append("Code around the cursor:\n" + fenced("\n".join(ctx)) + "\n")
-    parts.append("Question: " + normalize(turn.question) + "\n")
-    body = "".join(parts)
+    question = "Question: " + normalize(turn.question) + "\n"
     if fmt.close:
-        body = body.rstrip("\n")  # the closing marker follows the text directly, as in templates
+        question = question.rstrip("\n")  # the closing marker follows the text directly
     pieces: list[tuple[str, bool]] = []
     if fmt.user_open:
         pieces.append((fmt.user_open, True))
-    pieces.append((body, False))
+    # Where the user is and the question are tokenized apart: the first is known before the
+    # question (the idle prefill warms it), and its tokens must not depend on the question.
+    if parts:
+        pieces.append(("".join(parts), False))
+    pieces.append((question, False))
     if fmt.close:
         pieces.append((fmt.close, True))
     return tuple(pieces)

@@ -22,7 +22,7 @@ from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Reporter
 from contenox_lsp.runtime import Runtime
-from contenox_lsp.turn import TurnSpec, WorkspaceState
+from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
 from contextasm import Assembly
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
@@ -129,6 +129,31 @@ async def test_an_ask_after_idle_prefill_prefills_only_the_question(runtime: Any
     assert m["reusedTokens"] >= assembly.user_start - granularity
     assert m["newTokens"] == m["promptTokens"] - m["reusedTokens"]
     assert m["decodeTokens"] > 0 and out["text"]
+
+
+async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) -> None:
+    """The idle prefill warms the cursor context where the last edit left the cursor: an ask
+    there reuses the user turn up to its question."""
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    decoder = rt.roots()[0] / "json" / "decoder.py"
+    lines = editor.buffers[decoder].split("\n")
+    at = next(i for i, ln in enumerate(lines) if ln == BODY_LINE.rstrip("\n"))
+    edit = {"range": {"start": {"line": at, "character": 0},
+                      "end": {"line": at, "character": 0}}, "text": "        # noted\n"}
+    lines.insert(at, "        # noted")
+    editor.buffers[decoder] = "\n".join(lines)
+    rt.buffer_changed(decoder, editor.buffers[decoder], [edit], "utf-16")
+    await until(lambda: not rt.idle.stale and warm(rt))
+    turn = turn_at(rt.roots(), decoder, "Why is this line here?",
+                   text=editor.buffers[decoder], line=at + 1)
+    assembly = await rt.assemble(turn, 8)
+    assert assembly.question_start - assembly.user_start > 64  # a real cursor context
+    out = await rt.run_prompt(turn, 8)
+    m = out["metrics"]
+    granularity = rt.worker.session.reuse_granularity if rt.worker.session else 1
+    assert m["reusedTokens"] >= assembly.question_start - granularity
+    assert m["newTokens"] <= assembly.n_tokens - assembly.question_start + granularity
 
 
 async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
