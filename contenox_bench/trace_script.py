@@ -218,7 +218,9 @@ class Script:
             else:
                 code = f"{pad}_count += 1  # how often this path runs\n"
                 q = f"Explain my last edit to {func.name}."
-            self.cursor = (t.edit_file, line)
+            # The ask is where the typing left the cursor (the line after the new code), as an
+            # editor sends it.
+            self.cursor = (t.edit_file, line + code.count("\n"))
             return Step(kind, q, self.cursor, typing=[Typed(t.edit_file, line, 0, code)])
         if kind == "signature":
             sig_text = texts.get(t.sig_file) or t.sig_file.read_text("utf-8")

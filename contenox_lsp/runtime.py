@@ -96,10 +96,10 @@ class Runtime:
         self.completion = CompletionService(self)
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
-        self.last_edit: tuple[Path, int] | None = None
-        """Where the last incremental edit left the cursor (file, 0-based line): the idle
-        prefill warms the cursor context there, so an ask at that line prefills only its
-        question."""
+        self.last_cursor: tuple[Path, int] | None = None
+        """Where the editor last told us the cursor is (file, 0-based line): after the last
+        incremental edit, or the last ask's position. The idle prefill warms the cursor
+        context there, so an ask at that line prefills only its question."""
         self.start_task: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
@@ -151,8 +151,8 @@ class Runtime:
         """An open buffer was opened or edited (``edits``: the incremental changes)."""
         if edits:
             last = edits[-1]
-            self.last_edit = (path, int(last["range"]["start"]["line"])
-                              + str(last["text"]).count("\n"))
+            self.last_cursor = (path, int(last["range"]["start"]["line"])
+                                + str(last["text"]).count("\n"))
         self.context.update(path, text, edits, encoding)
         self.idle.note_change()
 
@@ -160,6 +160,13 @@ class Runtime:
         """A file changed, appeared or vanished on disk, or its buffer was closed."""
         self.context.update_from_disk(path)
         self.idle.note_change()
+
+    def cursor_at(self, path: Path, line: int) -> None:
+        """An ask named the cursor: the idle prefill warms the context there next (a second
+        question at the same place then prefills only itself)."""
+        if self.last_cursor != (path, line):
+            self.last_cursor = (path, line)
+            self.idle.note_change()
 
     def inputs_changed(self) -> None:
         """Something outside the index changed (a save, a pin): re-assemble after the quiet."""
@@ -219,8 +226,8 @@ class Runtime:
         ask there prefills only its question)."""
         convs = self.conversations
         outputs = prompt_outputs(convs.turns(convs.active))
-        if self.last_edit is not None:
-            path, line = self.last_edit
+        if self.last_cursor is not None:
+            path, line = self.last_cursor
             state = self._editor_state()
             text = state.open_buffers.get(path)
             if text is not None:

@@ -96,6 +96,8 @@ async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     out = await run_cancellable(
         ls, rt.run_prompt(turn, max_tokens or ls.options.max_tokens, on_piece, work)
     )
+    if path is not None and rng is not None and rng.start == rng.end:
+        rt.cursor_at(path, rng.start.line)
     if cid is not None:
         # Only a finished answer joins the conversation (a cancelled ask raised above).
         n = await asyncio.to_thread(rt.conversations.append, cid, question, out["text"])
