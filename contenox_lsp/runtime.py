@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -244,12 +244,15 @@ class Runtime:
         RequestCancelled; engine and assembly errors become structured ServerErrors.
         """
         job = self.worker.submit(fn, priority=Priority.USER, label=label)
-        future: Awaitable[T] = asyncio.wrap_future(job.future)
+        future: asyncio.Future[T] = asyncio.wrap_future(job.future)
         try:
             with structured_errors():
                 return await asyncio.shield(future)
         except asyncio.CancelledError:
             self.worker.cancel(job)
+            # Nobody awaits the job now: take its JobCancelled, or asyncio logs "Future
+            # exception was never retrieved".
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
         except JobCancelled as exc:
             raise RequestCancelled(str(exc)) from exc
