@@ -86,7 +86,9 @@ class AutoSnapshots:
             return
         assert session is not None
         store = self.store(session)
-        entry = await asyncio.to_thread(store.find_best, assembly.identity, assembly)
+        # Looked up on every idle kick and every ask: mark it used only when it is loaded.
+        entry = await asyncio.to_thread(
+            lambda: store.find_best(assembly.identity, assembly, touch=False))
         shared = common_prefix_length(session.resident_tokens, assembly.tokens)
         if entry is None or entry.key.n_tokens <= shared:
             return
@@ -100,6 +102,7 @@ class AutoSnapshots:
             except (SnapshotCorruptError, SnapshotIncompatibleError):
                 store.remove(found.key)  # refused once, refused forever
                 raise
+            store.touch(found.key)
 
         try:
             await asyncio.wrap_future(self._worker.submit(
