@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from contenox_lsp.snapshot_store import snapshot_writer
+from contenox_lsp.snapshot_store import load_entry, snapshot_writer
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SnapshotStore
 from contextasm.manifest import common_prefix_length
 from engine import Session
-from engine.errors import EngineError, SnapshotCorruptError, SnapshotIncompatibleError
+from engine.errors import EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +96,7 @@ class AutoSnapshots:
 
         def load(session: Session, job: Job) -> None:
             job.check()
-            try:
-                session.load_snapshot(
-                    str(found.path), expect_prefix=assembly.tokens[: found.key.n_tokens])
-            except (SnapshotCorruptError, SnapshotIncompatibleError):
-                store.remove(found.key)  # refused once, refused forever
-                raise
+            load_entry(session, store, found, assembly.tokens)
             store.touch(found.key)
 
         try:

@@ -11,8 +11,9 @@ import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from contextasm import SnapshotStore
+from contextasm import SnapshotEntry, SnapshotStore
 from engine import Profile, Session
+from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
 from engine.model_files import cache_dir
 
 
@@ -28,6 +29,18 @@ def snapshot_store(
         base = profile.resolve_path(configured) if configured else cache_dir() / "snapshots"
     return SnapshotStore(base / workspace_key(roots),
                          int(profile.get("cache.snapshot_budget_bytes")))
+
+
+def load_entry(session: Session, store: SnapshotStore, entry: SnapshotEntry,
+               prompt: Sequence[int]) -> None:
+    """Load ``entry`` into ``session`` (engine thread). The file must hold the prefix of
+    ``prompt`` its entry is keyed by (a swapped file is refused); a refused file is removed
+    from the store, so it is never offered again, and the error re-raised."""
+    try:
+        session.load_snapshot(str(entry.path), expect_prefix=prompt[: entry.key.n_tokens])
+    except (SnapshotCorruptError, SnapshotIncompatibleError):
+        store.remove(entry.key)
+        raise
 
 
 def workspace_key(roots: Path | Sequence[Path]) -> str:

@@ -11,12 +11,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.errors import ServerError
-from contenox_lsp.snapshot_store import snapshot_writer, workspace_store
+from contenox_lsp.snapshot_store import load_entry, snapshot_writer, workspace_store
 from contenox_lsp.views import snapshot_entry_view
 from contenox_lsp.worker import Job
 from contextasm import Assembly, SnapshotEntry, SnapshotStore
 from engine import Session
-from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
 
 if TYPE_CHECKING:
     from contenox_lsp.runtime import Runtime
@@ -79,14 +78,7 @@ async def _load(rt: Runtime, store: SnapshotStore, assembly: Assembly) -> dict[s
     found = entry
 
     def fn(session: Session, job: Job) -> None:
-        # The file must hold the prefix its entry is keyed by (a swapped file is refused).
-        try:
-            session.load_snapshot(
-                str(found.path), expect_prefix=assembly.tokens[: found.key.n_tokens]
-            )
-        except (SnapshotCorruptError, SnapshotIncompatibleError):
-            store.remove(found.key)  # refused once, refused forever: do not offer it again
-            raise
+        load_entry(session, store, found, assembly.tokens)
 
     await rt.run_user_job(fn, "snapshot load")
     rt.idle.kick()
