@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from test_framing import frame
 from test_lsp_support import FAST_OPTIONS, SERVER_COMMAND, server_env
 
 
@@ -47,8 +48,7 @@ class RawServer:
         self.proc.stdin.flush()
 
     def send(self, message: Any) -> None:
-        body = json.dumps(message).encode("utf-8")
-        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.send_raw(frame(json.dumps(message).encode("utf-8")))
 
     def notify(self, method: str, params: Any) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from raw_lsp import RawServer
 from test_framing import BAD_BODY, REPRODUCERS
+from test_framing import frame as frame_body
 from test_lsp_support import copy_stdlib_json
 
 IDLE = {"prefillOnIdle": False}
@@ -45,7 +46,7 @@ def status_after(server: RawServer, prefix: bytes) -> dict[str, Any]:
     """Send ``prefix`` raw, then a valid status request: its answer."""
     msg_id = server.new_id()
     body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "contenox/status"}).encode()
-    server.send_raw(prefix + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    server.send_raw(prefix + frame_body(body))
     return server.response(msg_id, timeout=60)
 
 
@@ -95,7 +96,7 @@ def test_envelope_errors_are_invalid_request(server: RawServer) -> None:
 def test_text_that_is_not_unicode_is_invalid_params(server: RawServer) -> None:
     body = b'{"jsonrpc": "2.0", "id": "lone", "method": "contenox/ask", ' \
            b'"params": {"question": "why \\ud800?"}}'
-    server.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    server.send_raw(frame_body(body))
     assert error_code(server.response("lone", timeout=60)) == INVALID_PARAMS
 
 
@@ -267,8 +268,7 @@ def settled_rss(srv: RawServer, target_kib: int, timeout: float = 60) -> int:
 
 
 def frame(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return frame_body(json.dumps(message).encode())
 
 
 def apply(text: str, change: dict[str, Any]) -> str:
