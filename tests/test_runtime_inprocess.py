@@ -155,6 +155,14 @@ async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) 
     assert m["reusedTokens"] >= assembly.question_start - granularity
     assert m["newTokens"] <= assembly.n_tokens - assembly.question_start + granularity
 
+    def cold(session: Any, _job: Any) -> str:
+        session.reset()
+        session.prefill(list(assembly.tokens))
+        return str(session.generate(8).text)
+
+    # The warmed cursor context gives the cold run's greedy answer.
+    assert out["text"] == await rt.run_user_job(cold, "cold reference")
+
 
 async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
     rt, _, _ = runtime
