@@ -66,6 +66,13 @@ def _add_workspace_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="repo-map token budget (default 1024; 0 = no map)",
     )
+    p.add_argument(
+        "--code-tokens",
+        type=int,
+        default=1536,
+        metavar="N",
+        help="token budget of the code segments (default 1536; 0 = none)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="OpenVINO IR folder for the backends section (default: the cached int8 conversion)",
     )
+
+    ev = sub.add_parser("eval", help="measure the assembled context against ground truth")
+    ev_sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)
+    ctx = ev_sub.add_parser(
+        "context", help="file recall, definitions located and bodies present on bug-fix tasks"
+    )
+    _add_common(ctx)
+    ctx.add_argument("--tasks", required=True, metavar="FILE",
+                     help="tasks.json (fields: ../shared/ctxeval/README.md)")
+    ctx.add_argument("--budgets", default="1024,2048,4096", metavar="N,N",
+                     help="tokens beside the question (default 1024,2048,4096)")
+    ctx.add_argument("--task", action="append", default=[], metavar="ID",
+                     help="only this task (repeatable)")
+    ctx.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
 
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
@@ -197,6 +218,14 @@ def _turn_request(args: argparse.Namespace, root: Any, question: str) -> Any:
     return TurnRequest(question=question, file=file, line=args.line, max_tokens=args.max_tokens)
 
 
+def _code_budget(args: argparse.Namespace) -> Any:
+    from contenox_lsp.code_segment import CodeBudget
+
+    if not 0 <= args.code_tokens <= 65_536:
+        raise InputError("--code-tokens must be between 0 and 65536", code_tokens=args.code_tokens)
+    return CodeBudget(args.code_tokens)
+
+
 def _emit(piece: str) -> None:
     sys.stdout.write(piece)
     sys.stdout.flush()
@@ -215,7 +244,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     root = resolve_workspace(args.workspace)
     turn = _turn_request(args, root, args.question)
     with open_session(_load_profile(args)) as session:
-        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens)
+        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens,
+                           code_budget=_code_budget(args))
         outcome = ws.ask(turn, (lambda _p: None) if args.json else _emit)
     if args.json:
         print(json.dumps({"text": outcome.text, "metrics": outcome.metrics}, indent=2))
@@ -255,7 +285,8 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
     root = resolve_workspace(args.workspace)
     turn = _turn_request(args, root, args.question)
     with open_session(_load_profile(args)) as session:
-        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens)
+        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens,
+                           code_budget=_code_budget(args))
         if args.json:
             # The server's contenox/explainContext document, plus the folder it describes.
             doc = {"workspace": str(root), **ws.explain_view(turn)}
@@ -265,6 +296,29 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(format_explain_table(exp.rows, exp.totals))
+    return EXIT_OK
+
+
+def cmd_eval_context(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from contenox_bench.ctxeval import format_table, run
+    from engine import open_session
+
+    try:
+        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or any(not 64 <= b <= 65_536 for b in budgets):
+        raise InputError("--budgets must be integers between 64 and 65536, comma-separated",
+                         budgets=args.budgets)
+    tasks = Path(args.tasks)
+    if not tasks.is_file():
+        raise InputError(f"no such tasks file: {tasks}", tasks=str(tasks))
+    with open_session(_load_profile(args)) as session:
+        doc = run(tasks, Path(args.out), budgets, session, only=args.task)
+    sys.stdout.write(format_table(doc["summary"], budgets, len(doc["tasks"])))
+    print(f"wrote {Path(args.out) / 'context-eval.json'}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -333,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "model":
             return cmd_model_convert(args)
+        if args.command == "eval":
+            return cmd_eval_context(args)
     except (EngineError, InputError) as exc:
         _print_error(exc, getattr(args, "json", False))
         return EXIT_ERROR

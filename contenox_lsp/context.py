@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.model_files import cache_dir
+from contenox_lsp.code_segment import CodeBudget
+from contenox_lsp.turn import read_disk_text
 from repo_index import RepoIndex
+from repo_index.code_search import CodeFinder
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +65,12 @@ class _BufferChange:
 
 
 class ContextService:
-    def __init__(self, roots: list[Path], repo_map_tokens: int) -> None:
+    def __init__(self, roots: list[Path], repo_map_tokens: int,
+                 code_budget: CodeBudget | None = None) -> None:
         self.roots = list(roots)
         self.repo_map_tokens = repo_map_tokens
+        self.code_budget = code_budget if code_budget is not None else CodeBudget()
+        self.finder: CodeFinder | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "contenox-context")
         self.index: RepoIndex | None = None
         self.index_state = "idle"  # idle | building | ready | error
@@ -102,6 +108,7 @@ class ContextService:
             logger.exception("repo index build failed")
             return
         self.index = index
+        self.finder = CodeFinder(index, read_disk_text)
         self.index_state = "ready"
         self.index_files = len(index.files())
 

@@ -18,6 +18,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
     "debounceMs": ("debounce_ms", (int,), "an integer between 0 and 60000"),
     "prefillOnIdle": ("prefill_on_idle", (bool,), "true or false"),
     "repoMapTokens": ("repo_map_tokens", (int,), "an integer between 0 and 65536"),
+    "codeTokens": ("code_tokens", (int,), "an integer between 0 and 65536"),
     "maxTokens": ("max_tokens", (int,), "an integer between 1 and 4096"),
     "snapshotDir": ("snapshot_dir", (str,), "a directory path"),
     "autoSnapshots": ("auto_snapshots", (bool,), "true or false"),
@@ -27,6 +28,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
 _RANGES: dict[str, tuple[int, int]] = {
     "debounce_ms": (0, 60_000),
     "repo_map_tokens": (0, 65_536),
+    "code_tokens": (0, 65_536),
     "max_tokens": (1, 4096),
 }
 
@@ -47,6 +49,9 @@ class ServerOptions:
     """Pre-prefill the prompt up to the user turn in idle time."""
     repo_map_tokens: int = 1024
     """Token budget of the repo-map segment."""
+    code_tokens: int = 1536
+    """Token budget of the code segments (J): half at most for the definitions the cursor's
+    code uses, the rest for those matching the question."""
     max_tokens: int = 256
     """Default answer length for asks and code actions."""
     snapshot_dir: str | None = None
@@ -117,6 +122,8 @@ def add_server_arguments(parser: Any) -> None:
                         help="do not pre-prefill the context in idle time")
     parser.add_argument("--repo-map-tokens", type=int, default=None,
                         help="token budget of the repo map (default 1024)")
+    parser.add_argument("--code-tokens", type=int, default=None,
+                        help="token budget of the code segments (default 1536; 0 = none)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="default answer length (default 256)")
     parser.add_argument("--snapshot-dir", default=None, help="where snapshots are kept")
@@ -129,7 +136,8 @@ def options_from_args(ns: Any) -> ServerOptions:
     missing attribute keeps its default, so the CLI's own parser works too)."""
     opts = ServerOptions()
     changes: dict[str, Any] = {}
-    for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "max_tokens",
+    for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "code_tokens",
+                 "max_tokens",
                  "snapshot_dir", "log_level"):
         v = getattr(ns, name, None)
         if v is None:

@@ -29,6 +29,7 @@ from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
+from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
@@ -86,7 +87,8 @@ class Runtime:
         self._notifier = notifier
         self.loop = asyncio.get_running_loop()
         self.worker = EngineWorker(opener or open_engine(options))
-        self.context = ContextService(roots(), options.repo_map_tokens)
+        self.context = ContextService(roots(), options.repo_map_tokens,
+                                      CodeBudget(options.code_tokens))
         self.snapshots = AutoSnapshots(
             self.worker, lambda s: workspace_store(options.snapshot_dir, self.roots(), s),
             enabled=options.auto_snapshots)
@@ -215,7 +217,8 @@ class Runtime:
 
         def build(svc: ContextService) -> Assembly:
             return assemble_turn(state, turn, svc.index, session,
-                                 map_tokens=svc.repo_map_tokens, answer_tokens=answer)
+                                 map_tokens=svc.repo_map_tokens, answer_tokens=answer,
+                                 finder=svc.finder, code_budget=svc.code_budget)
 
         with structured_errors():
             return await self.context.call(build)

@@ -17,14 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs
 from contenox_lsp.paths import relative_to_roots, root_of
-from contextasm import Assembly, ContextInputs, OutputEntry, RepoMap, UserTurn, assemble
+from contextasm import (
+    Assembly,
+    CodeSnippet,
+    ContextInputs,
+    OutputEntry,
+    RepoMap,
+    UserTurn,
+    assemble,
+)
 from contextasm import workspace as W
 from repo_index.safe_read import read_regular_file
 
 if TYPE_CHECKING:
     from engine import Session
     from repo_index import RepoIndex
+    from repo_index.code_search import CodeFinder
 
 #: Lines of code on each side of the cursor line sent as the cursor context.
 CURSOR_CONTEXT_LINES = 8
@@ -150,9 +160,38 @@ def repo_map(
                                  [str(p) for p in state.focus_files])
 
 
-def gather(state: WorkspaceState, turn: TurnSpec, repo_map: RepoMap | None) -> ContextInputs:
+def read_disk_text(path: str) -> str | None:
+    return read_disk(Path(path))
+
+
+def code(
+    finder: CodeFinder | None, session: Session, state: WorkspaceState, turn: TurnSpec,
+    budget: CodeBudget,
+) -> tuple[tuple[CodeSnippet, ...], tuple[CodeSnippet, ...]]:
+    """Segment J's snippets: the cursor's (known before the question), the question's."""
+    if finder is None:
+        return (), ()
+
+    def count(text: str) -> int:
+        return len(session.tokenize(text, add_bos=False, special=False))
+
+    req = CodeRequest(
+        roots=state.roots,
+        buffers={str(p): t for p, t in state.open_buffers.items()},
+        pins=[(str(p.path), p.start_line, p.end_line) for p in state.pins],
+        path=turn.path, line=turn.line, question=turn.question,
+    )
+    return code_inputs(finder, req, count, budget, read_disk_text)
+
+
+def gather(
+    state: WorkspaceState,
+    turn: TurnSpec,
+    repo_map: RepoMap | None,
+    code: tuple[tuple[CodeSnippet, ...], tuple[CodeSnippet, ...]] = ((), ()),
+) -> ContextInputs:
     """Every input of a turn: system, tools, policy, instructions, map, pins, diff, output,
-    user turn."""
+    code, user turn."""
     roots = state.roots
     primary = roots[0] if roots else None
     buffers = {str(p): t for p, t in state.open_buffers.items()}
@@ -185,6 +224,8 @@ def gather(state: WorkspaceState, turn: TurnSpec, repo_map: RepoMap | None) -> C
         pins=pins,
         diff=diff,
         outputs=[OutputEntry(kind=k, source=s, text=t) for k, s, t in turn.outputs],
+        cursor_code=code[0],
+        question_code=code[1],
         user=UserTurn(
             question=turn.question,
             selection=turn.selection,
@@ -203,7 +244,10 @@ def assemble_turn(
     *,
     map_tokens: int,
     answer_tokens: int,
+    finder: CodeFinder | None = None,
+    code_budget: CodeBudget = CodeBudget(),
 ) -> Assembly:
     """The prompt of one turn, budgeted to leave ``answer_tokens`` for the answer."""
-    inputs = gather(state, turn, repo_map(index, session, map_tokens, state))
+    inputs = gather(state, turn, repo_map(index, session, map_tokens, state),
+                    code(finder, session, state, turn, code_budget))
     return assemble(inputs, session, session.identity, max_new_tokens=answer_tokens)

@@ -64,7 +64,8 @@ def explain_view(
         "reusedTokens": reused,
         "newTokens": new,
         "residentTokens": len(resident),
-        "pendingPrefillTokens": max(0, assembly.user_start - min(common, assembly.user_start)),
+        "pendingPrefillTokens": max(0, assembly.question_start
+                                    - min(common, assembly.question_start)),
         "userStart": assembly.user_start,
         "stableEnd": assembly.stable_end,
         "cachedFrom": cached_from,

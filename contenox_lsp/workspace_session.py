@@ -20,7 +20,14 @@ from typing import Any
 from contenox_lsp.errors import InputError
 from contenox_lsp.paths import is_under
 from contenox_lsp.snapshot_store import snapshot_store, snapshot_writer
-from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
+from contenox_lsp.code_segment import CodeBudget
+from contenox_lsp.turn import (
+    TurnSpec,
+    WorkspaceState,
+    assemble_turn,
+    read_disk_text,
+    turn_at,
+)
 from contenox_lsp.views import TurnMetrics, explain_view
 from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain
 from engine import EngineError, Session
@@ -81,9 +88,11 @@ class WorkspaceTurn:
         session: Session,
         *,
         map_tokens: int = DEFAULT_MAP_TOKENS,
+        code_budget: CodeBudget = CodeBudget(),
         store: SnapshotStore | None = None,
     ) -> None:
         from repo_index import RepoIndex
+        from repo_index.code_search import CodeFinder
 
         self.root = root
         self.session = session
@@ -92,6 +101,8 @@ class WorkspaceTurn:
         # Under contenox's cache dir so that $CONTENOX_CACHE_DIR moves every cache at once.
         self.index = RepoIndex([root], cache_dir=cache_dir() / "repo-index")
         self.index.build()
+        self.finder = CodeFinder(self.index, read_disk_text)
+        self.code_budget = code_budget
 
     # ------------------------------------------------------------------ assembly
 
@@ -107,7 +118,8 @@ class WorkspaceTurn:
 
     def assemble(self, turn: TurnRequest) -> Assembly:
         return assemble_turn(self.state(turn), self.turn(turn), self.index, self.session,
-                             map_tokens=self.map_tokens, answer_tokens=turn.max_tokens)
+                             map_tokens=self.map_tokens, answer_tokens=turn.max_tokens,
+                             finder=self.finder, code_budget=self.code_budget)
 
     # ------------------------------------------------------------------ state
 

@@ -34,6 +34,7 @@ from contextasm.formats import BOS_POLICIES, PROMPT_FORMATS, PromptFormat, get_f
 from contextasm.identity import ContextIdentity
 from contextasm.inputs import (
     OUTPUT_KINDS,
+    CodeSnippet,
     ContextInputs,
     OutputEntry,
     Pin,
@@ -100,6 +101,7 @@ __all__ = [
     "TokenizerMismatchError",
     "UnknownPromptFormatError",
     "UserTurn",
+    "CodeSnippet",
     "assemble",
     "common_prefix_length",
     "current_diff",

@@ -1,4 +1,4 @@
-"""Deterministic prompt assembly: inputs → segments A–I → tokens, manifest and reuse keys.
+"""Deterministic prompt assembly: inputs → segments A–J → tokens, manifest and reuse keys.
 
 Each segment is rendered from its inputs alone and tokenized on its own; the prompt is the
 concatenation of the segments' token lists. So every segment boundary is a token boundary, a
@@ -19,7 +19,7 @@ from contextasm.errors import ContextOverflowError, InvalidInputError, Tokenizer
 from contextasm.formats import PromptFormat, check_bos_policy, get_format
 from contextasm.hashing import PrefixHasher, prefix_hash, text_hash, token_hash
 from contextasm.identity import ContextIdentity
-from contextasm.inputs import ContextInputs, OutputEntry, Pin, RepoMap
+from contextasm.inputs import CodeSnippet, ContextInputs, OutputEntry, Pin, RepoMap
 from contextasm.manifest import Manifest, SegmentRecord, common_prefix_length
 from contextasm.segments import STABLE_KINDS, CacheClass, SegmentKind
 from contextasm.snapshot_key import SnapshotKey
@@ -105,6 +105,8 @@ class Assembly:
     dropped: tuple[DroppedSegment, ...] = ()
     question_offset: int = 0
     """Tokens of segment I before its question (the user-open marker, where the user is)."""
+    question_keyed_start: int | None = None
+    """Where the question-keyed code segment starts, when there is one (before segment I)."""
 
     @property
     def identity(self) -> ContextIdentity:
@@ -121,8 +123,11 @@ class Assembly:
 
     @property
     def question_start(self) -> int:
-        """Token index where the question starts: everything before it (the user turn's file,
-        selection and cursor context included) is known before the question is."""
+        """Token index where what depends on the question starts (the question-keyed code
+        segment, else the question): everything before it (the cursor-keyed code, the user
+        turn's file, selection and cursor context) is known before the question is."""
+        if self.question_keyed_start is not None:
+            return self.question_keyed_start
         return self.manifest.user_start + self.question_offset
 
     @property
@@ -257,18 +262,22 @@ def _n(slot: Slot) -> int:
 
 
 def _shrink_stages(slots: Sequence[Slot]) -> list[list[int]]:
-    """Stages in shrink order: low (stale output, snippets, old turns; oldest first), medium
+    """Stages in shrink order: low (stale output, snippets, old turns; oldest first; then the
+    code segments, the question's before the cursor's), medium
     (output tails, then the diff), high (repo map, then pins from the last: keeps the longest
     prefix intact), and last the user turn's selection and cursor context. Highest-class
     segments are in no stage: they are never touched."""
     outputs = [i for i, s in enumerate(slots) if s.kind is SegmentKind.DIAGNOSTICS]
     low = [i for i in outputs if slots[i].cache_class is CacheClass.LOW]
+    # Code: the question's search hits first, then the cursor's (warm) definitions.
+    code = sorted((i for i, s in enumerate(slots) if s.kind is SegmentKind.CODE),
+                  key=lambda i: not slots[i].question_keyed)
     medium = [i for i in outputs if slots[i].cache_class is not CacheClass.LOW]
     diff = [i for i, s in enumerate(slots) if s.kind is SegmentKind.DIFF]
     repo = [i for i, s in enumerate(slots) if s.kind is SegmentKind.REPO_MAP]
     pins = [i for i, s in enumerate(slots) if s.kind is SegmentKind.PINNED][::-1]
     user = [i for i, s in enumerate(slots) if s.kind is SegmentKind.USER]
-    return [low, medium + diff, repo + pins, user]
+    return [low + code, medium + diff, repo + pins, user]
 
 
 class _Builder:
@@ -346,6 +355,14 @@ class _Builder:
         if render.normalize(inp.diff):
             out.append(self.diff_slot(inp.diff))
         out.extend(self.output_slot(e) for e in inp.outputs if render.normalize(e.text))
+        if inp.cursor_code:
+            out.append(self.code_slot(
+                inp.cursor_code, "code (cursor)", "Code the cursor's function uses",
+                "cursor position and the definitions it reaches (symbol graph)", False))
+        if inp.question_code:
+            out.append(self.code_slot(
+                inp.question_code, "code (question)", "Code that matches the question",
+                "question (lexical search)", True))
         out.append(self.user_slot())
         return out
 
@@ -489,6 +506,19 @@ class _Builder:
             soft_floor=_SOFT_OUTPUT_TAIL_LINES,
         )
 
+    def code_slot(self, snippets: Sequence[CodeSnippet], label: str, heading: str,
+                  invalidation: str, question_keyed: bool) -> Slot:
+        """A code segment; smaller rungs keep fewer snippets (the last ones go first)."""
+        n = len(snippets)
+
+        def by_count(k: int) -> Variant | None:
+            if k == 0:
+                return None
+            return self.variant(render.code(heading, snippets[:k], n - k), truncated=k < n)
+
+        return Slot(SegmentKind.CODE, label, CacheClass.LOW, invalidation, by_count, k_max=n,
+                    soft_floor=1, question_keyed=question_keyed)
+
     def user_slot(self) -> Slot:
         turn = self.inputs.user
         sel = len(render.normalize(turn.selection).split("\n")) if turn.selection else 0
@@ -553,7 +583,8 @@ def _finish(
     # The volatile segments (diff, outputs) are padded too, so the idle pre-prefill of
     # everything before the user turn ends on a block boundary and is reused to its end.
     volatile = [i for i, (s, _) in enumerate(kept)
-                if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER]
+                if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER
+                and not s.question_keyed]
     volatile_len = sum(len(kept[i][1].tokens) for i in volatile)
     pad_user = padding_for(stable_len + pad + volatile_len, block_size) if volatile_len else 0
     last_volatile = volatile[-1] if volatile else -1
@@ -608,7 +639,10 @@ def _finish(
     )
     if dropped:
         logger.info("context budget %d: left out %s", limit, ", ".join(d.label for d in dropped))
+    keyed = next((seg for seg, (s, _) in zip(segments, kept, strict=True) if s.question_keyed),
+                 None)
     return Assembly(
         tokens=tokens, segments=tuple(segments), manifest=manifest, dropped=tuple(dropped),
         question_offset=question_offset,
+        question_keyed_start=keyed.token_start if keyed is not None else None,
     )

@@ -41,6 +41,7 @@ class Slot:
     render: Callable[[int], Variant | None]
     k_max: int
     soft_floor: int = 0  # first-pass floor: the smallest still useful rung
+    question_keyed: bool = False  # depends on the question: counts with the user turn
     k: int = -1  # -1: not chosen yet → k_max
     _memo: dict[int, Variant | None] = field(default_factory=dict, repr=False)
 
@@ -78,7 +79,7 @@ def total_tokens(
         n = len(v.tokens) if v is not None else 0
         if slot.kind in STABLE_KINDS:
             stable += n
-        elif slot.kind is SegmentKind.USER:
+        elif slot.kind is SegmentKind.USER or slot.question_keyed:
             user += n
         else:
             volatile += n

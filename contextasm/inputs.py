@@ -91,6 +91,25 @@ class OutputEntry:
 
 
 @dataclass(frozen=True)
+class CodeSnippet:
+    """A definition shown in the code segment (J): where it is, and the lines shown.
+
+    ``path`` is workspace-relative; ``line`` the 1-based line of its ``def``/``class``;
+    ``title`` names it (``Class.method``) and why it was chosen. ``text`` is the code as
+    shown (elided parts marked), one snippet per definition."""
+
+    path: str
+    line: int
+    title: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.line < 1:
+            raise InvalidInputError(f"snippet {self.path}: line must be >= 1, got {self.line}",
+                                    data={"path": self.path, "line": self.line})
+
+
+@dataclass(frozen=True)
 class UserTurn:
     """The current request (segment I): the question plus where the user is in the code."""
 
@@ -107,7 +126,11 @@ class UserTurn:
 
 @dataclass(frozen=True)
 class ContextInputs:
-    """Everything one prompt is assembled from (segments A–I)."""
+    """Everything one prompt is assembled from (segments A–J).
+
+    ``cursor_code`` depends only on the workspace and the cursor (known before the question:
+    the idle prefill warms it); ``question_code`` depends on the question and sits just before
+    it. Both are best first: the budget drops from the end."""
 
     system_prompt: str
     user: UserTurn
@@ -118,9 +141,13 @@ class ContextInputs:
     pins: Sequence[Pin] = ()
     diff: str = ""
     outputs: Sequence[OutputEntry] = ()
+    cursor_code: Sequence[CodeSnippet] = ()
+    question_code: Sequence[CodeSnippet] = ()
 
     def __post_init__(self) -> None:
         # Frozen, but callers pass lists: normalize so equality and hashing of fields work.
         object.__setattr__(self, "tool_schemas", tuple(self.tool_schemas))
         object.__setattr__(self, "pins", tuple(self.pins))
         object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "cursor_code", tuple(self.cursor_code))
+        object.__setattr__(self, "question_code", tuple(self.question_code))

@@ -14,7 +14,7 @@ from typing import Any
 
 from contextasm.errors import InvalidInputError
 from contextasm.formats import PromptFormat
-from contextasm.inputs import OutputEntry, Pin, RepoInstructions, UserTurn
+from contextasm.inputs import CodeSnippet, OutputEntry, Pin, RepoInstructions, UserTurn
 
 Pieces = tuple[tuple[str, bool], ...]
 
@@ -133,6 +133,18 @@ def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
         text += f"({len(lines) - keep_tail} earlier lines omitted)\n"
         lines = lines[len(lines) - keep_tail :] if keep_tail else []
     return content(text + fenced("\n".join(lines)) + "\n")
+
+
+def code(heading: str, snippets: Sequence[CodeSnippet], omitted: int = 0) -> Pieces:
+    """Code segment J: each snippet under a ``path:line`` header, in the given order."""
+    if not snippets:
+        return ()
+    parts = [f"# {heading}\n\n"]
+    for s in snippets:
+        parts.append(f"{s.path}:{s.line} {s.title}\n" + fenced(normalize(s.text)) + "\n")
+    if omitted:
+        parts.append(f"({omitted} more definitions left out for the budget)\n\n")
+    return content("".join(parts))
 
 
 def output_label(entry: OutputEntry) -> str:

@@ -1,4 +1,7 @@
-"""Segment kinds A–I and cache classes: the fixed, stable-first order of every prompt."""
+"""Segment kinds A–J and cache classes: the fixed, stable-first order of every prompt.
+
+J (code) came after the original plan's nine letters, so it sits between H and I: letters
+name kinds, ``order`` is the position in the prompt."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from enum import StrEnum
 
 
 class SegmentKind(StrEnum):
-    """The nine segment kinds, declared in prompt order (A first, I last)."""
+    """The segment kinds, declared in prompt order (A first, I last)."""
 
     SYSTEM = "system"  # A: system / developer prompt (+ opening turn markers, BOS)
     TOOLS = "tools"  # B: tool schemas
@@ -16,12 +19,13 @@ class SegmentKind(StrEnum):
     PINNED = "pinned"  # F: pinned files / ranges (one segment per pin)
     DIFF = "diff"  # G: current diff
     DIAGNOSTICS = "diagnostics"  # H: diagnostics, test/terminal output (one segment per entry)
+    CODE = "code"  # J: definitions the turn needs (cursor-keyed, then question-keyed)
     USER = "user"  # I: the user turn (+ closing / assistant turn markers)
 
     @property
     def letter(self) -> str:
-        """The plan's letter for this kind: ``A`` .. ``I``."""
-        return "ABCDEFGHI"[self.order]
+        """The plan's letter for this kind: ``A`` .. ``J`` (``J`` sits between H and I)."""
+        return _LETTERS[self.order]
 
     @property
     def order(self) -> int:
@@ -39,7 +43,7 @@ class SegmentKind(StrEnum):
 
     @classmethod
     def from_letter(cls, letter: str) -> SegmentKind:
-        index = "ABCDEFGHI".find(letter.upper()) if len(letter) == 1 else -1
+        index = _LETTERS.find(letter.upper()) if len(letter) == 1 else -1
         if index < 0:
             raise ValueError(f"unknown segment letter {letter!r}")
         return list(cls)[index]
@@ -60,6 +64,7 @@ class CacheClass(StrEnum):
 
 
 _ORDER = {kind: i for i, kind in enumerate(SegmentKind)}
+_LETTERS = "ABCDEFGHJI"  # by order
 _RANK = {
     CacheClass.HIGHEST: 3,
     CacheClass.HIGH: 2,
@@ -75,6 +80,7 @@ _DEFAULT_CLASS = {
     SegmentKind.PINNED: CacheClass.HIGH,
     SegmentKind.DIFF: CacheClass.MEDIUM,
     SegmentKind.DIAGNOSTICS: CacheClass.MEDIUM,  # stale entries: LOW
+    SegmentKind.CODE: CacheClass.LOW,
     SegmentKind.USER: CacheClass.LOW,
 }
 

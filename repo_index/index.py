@@ -27,6 +27,7 @@ from repo_index.rank import Ranking, rank
 from repo_index.records import FileRecord
 from repo_index.render import Candidates, FileView, ItemKey, RepoMap, render
 from repo_index.results import BuildReport, Location, Symbol
+from repo_index.symbols import Definition
 from repo_index.safe_read import read_regular_file
 from repo_index.textedit import ENCODINGS, encode_text
 from repo_index.walker import Skipped
@@ -523,6 +524,51 @@ class RepoIndex:
             norm = self._ws.normalize(path)
             record = self._records.get(norm) if norm is not None else None
             return record.public_symbols() if record is not None else []
+
+    def versions(self) -> dict[str, str]:
+        """Content digest of every parsed file (absolute path → digest): what a derived index
+        (``repo_index.lexical``) compares to find the files it must redo."""
+        with self._lock:
+            return {p: r.digest for p, r in self._records.items() if r.lang is not None}
+
+    def version(self, path: PathLike) -> str | None:
+        """Content digest of one parsed file (None if not indexed or no grammar)."""
+        with self._lock:
+            norm = self._ws.normalize(path)
+            record = self._records.get(norm) if norm is not None else None
+            return record.digest if record is not None and record.lang is not None else None
+
+    def display_path(self, path: PathLike) -> str | None:
+        """How the map names ``path`` (workspace-relative POSIX); None if not indexed."""
+        with self._lock:
+            norm = self._ws.normalize(path)
+            record = self._records.get(norm) if norm is not None else None
+            return record.display if record is not None else None
+
+    def raw_definitions(self, path: PathLike) -> tuple[Definition, ...]:
+        """The definitions of one file with their extents (empty if not indexed or no
+        grammar): what ``repo_index.chunks`` cuts a file into."""
+        with self._lock:
+            norm = self._ws.normalize(path)
+            record = self._records.get(norm) if norm is not None else None
+            symbols = record.symbols if record is not None else None
+            return symbols.defs if symbols is not None else ()
+
+    def references_in(self, path: PathLike, first_line: int, last_line: int) -> list[str]:
+        """Names referenced on 0-based lines ``first_line..last_line`` of ``path``, in source
+        order with repeats (calls, attribute calls, types, decorators, imports)."""
+        with self._lock:
+            norm = self._ws.normalize(path)
+            record = self._records.get(norm) if norm is not None else None
+            symbols = record.symbols if record is not None else None
+            if symbols is None:
+                return []
+            pos = symbols.ref_pos
+            return [
+                name
+                for i, name in enumerate(symbols.ref_names)
+                if first_line <= pos[3 * i + 1] <= last_line
+            ]
 
     def files(self) -> list[str]:
         """Indexed files (absolute paths, sorted), with or without a grammar."""

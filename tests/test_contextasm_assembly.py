@@ -313,19 +313,22 @@ def test_stable_end_is_block_aligned_with_newline_padding(
     newline = gemma.tokenize("\n", special=False)
     assert list(last_stable.tokens[len(last_stable.tokens) - pad :]) == newline * pad
     assert asm.tokens[: plain.stable_end] == plain.tokens[: plain.stable_end]
-    # The volatile segments before the user turn are padded too: the idle pre-prefill ends
-    # on a block boundary (its last segment carries the padding).
-    user = asm.segment(SegmentKind.USER)
-    assert user is not None
-    before_user = asm.segments[user.index - 1]
-    assert before_user.kind not in (SegmentKind.PINNED, SegmentKind.USER)
-    user_pad = before_user.padding
-    assert 0 <= user_pad < block_size and asm.user_start % block_size == 0
-    assert list(before_user.tokens[len(before_user.tokens) - user_pad :]) == newline * user_pad
-    assert asm.tokens[asm.stable_end : asm.user_start - user_pad] == plain.tokens[
-        plain.stable_end : plain.user_start
+    # The volatile segments before what depends on the question are padded too: the idle
+    # pre-prefill ends on a block boundary (its last segment, the cursor's code, carries the
+    # padding); the question's code and the user turn follow unchanged.
+    keyed = asm.question_keyed_start
+    assert keyed is not None and keyed % block_size == 0
+    after = next(seg for seg in asm.segments if seg.token_start == keyed)
+    assert after.label == "code (question)"
+    before = asm.segments[after.index - 1]
+    assert before.label == "code (cursor)"
+    user_pad = before.padding
+    assert 0 <= user_pad < block_size
+    assert list(before.tokens[len(before.tokens) - user_pad :]) == newline * user_pad
+    assert asm.tokens[asm.stable_end : keyed - user_pad] == plain.tokens[
+        plain.stable_end : plain.question_keyed_start
     ]
-    assert asm.tokens[asm.user_start :] == plain.tokens[plain.user_start :]
+    assert asm.tokens[keyed:] == plain.tokens[plain.question_keyed_start :]
     assert sum(s.padding for s in asm.segments) == pad + user_pad
     # An explicit argument overrides the identity's block size.
     assert build(gemma, ident, block_size=1).tokens == plain.tokens
@@ -481,6 +484,8 @@ def test_raw_format_without_system_prompt_or_bos(gemma: LlamaVocabTokenizer):
         "pins": (),
         "diff": "",
         "outputs": (),
+        "cursor_code": (),
+        "question_code": (),
     }
     ident = make_identity(gemma, prompt_format="raw", bos_policy="none", block_size=8)
     asm = build(gemma, ident, sample_inputs(**empty))

@@ -172,7 +172,7 @@ def test_test_output_keeps_its_tail(gemma: LlamaVocabTokenizer):
     low = sum(
         s.n_tokens
         for s in full.segments
-        if s.cache_class is CacheClass.LOW and s.kind is SegmentKind.DIAGNOSTICS
+        if s.cache_class is CacheClass.LOW and s.kind in (SegmentKind.DIAGNOSTICS, SegmentKind.CODE)
     )
     asm = fit_to(gemma, big_inputs(), full.n_tokens - low - 50)
     test = next(s for s in asm.segments if s.label == "test output pytest")

@@ -229,8 +229,10 @@ def test_explain_marks_evicted_prefixes(tmp_path: Path, gemma: LlamaVocabTokeniz
     assert store.find_best(ident, asm) is None
     rows = explain(asm, 0, evicted=store.evicted_prefix_hashes()).rows
     by_label = {r.label: r.status for r in rows}
-    last_h = asm.segments_of(SegmentKind.DIAGNOSTICS)[-1].label
-    assert by_label[last_h] == "evicted"
+    user = asm.segment(SegmentKind.USER)
+    assert user is not None
+    last_before_user = asm.segments[user.index - 1].label  # the question's code
+    assert by_label[last_before_user] == "evicted"
     assert by_label["system"] == "new" and by_label["user"] == "new"
 
 

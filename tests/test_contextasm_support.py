@@ -112,8 +112,10 @@ index 3333333..4444444 100644
 
 
 def sample_inputs(**overrides: Any) -> Any:
-    """Inputs with every segment kind A–I present (two pins, two output entries)."""
+    """Inputs with every segment kind A–J present (two pins, two output entries, both code
+    segments)."""
     from contextasm import (
+        CodeSnippet,
         ContextInputs,
         OutputEntry,
         Pin,
@@ -141,6 +143,14 @@ def sample_inputs(**overrides: Any) -> Any:
         "outputs": (
             OutputEntry("terminal", "make build", "building...\nok\n", stale=True),
             OutputEntry("test", "pytest", "tests/test_parse.py F\nFAILED test_parse - boom\n"),
+        ),
+        "cursor_code": (
+            CodeSnippet("pkg/util.py", 7, "split_words (used by parse)",
+                        "def split_words(text):\n    return text.split()\n"),
+        ),
+        "question_code": (
+            CodeSnippet("pkg/parse.py", 20, "render (matches the question)",
+                        "def render(tree):\n    return ' '.join(tree)\n"),
         ),
         "user": UserTurn(
             question="Why does parse() keep whitespace?",

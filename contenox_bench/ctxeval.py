@@ -1,0 +1,195 @@
+"""``contenox-lsp eval context``: how well the assembled context holds the code a task needs.
+
+A task file (``tasks.json``, see ``../shared/ctxeval/README.md`` for the fields) names, per
+task, a workspace (a ``.tar.gz`` of the tree or a folder), the file open in the editor, the
+cursor line, the question and the ground truth (files, definitions, a body line of each). Per
+task and budget the server's own pipeline (``contenox_lsp.turn.assemble_turn``) builds the
+context the way an editor with that file open would; ``ctxeval_metrics`` scores it.
+
+A budget counts the tokens *beside the question*: everything in the prompt except the fixed
+segments A–D (system, tools, policy, instructions) and the question with its turn markers.
+It is split by ``ContextSplit``: the repo map's share, then the cursor context, and the code
+segments get the rest. Two systems run side by side: ``map`` (the repo map alone, round 1's
+context) and ``map+code`` (with segment J).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contenox_bench.ctxeval_metrics import bootstrap, mean, percentile, score
+from contenox_lsp.code_segment import CodeBudget
+from contenox_lsp.turn import WorkspaceState, assemble_turn, read_disk, turn_at
+from contextasm import Assembly, SegmentKind
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BUDGETS = (1024, 2048, 4096)
+MEASURES = ("file_recall", "def_located", "body_present")
+SYSTEMS = ("map", "map+code")
+
+
+@dataclass(frozen=True)
+class ContextSplit:
+    """How a budget beside the question is shared: the repo map gets ``map_share``; the code
+    segments what is left after the map and the cursor context."""
+
+    map_share: float = 0.3
+
+    def split(self, budget: int, cursor_tokens: int, with_code: bool) -> tuple[int, CodeBudget]:
+        if not with_code:
+            return budget, CodeBudget(0)
+        map_tokens = int(budget * self.map_share)
+        return map_tokens, CodeBudget(max(0, budget - map_tokens - cursor_tokens))
+
+
+def load_tasks(path: Path) -> list[dict[str, Any]]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    tasks = doc["tasks"] if isinstance(doc, dict) else doc
+    if not isinstance(tasks, list) or not tasks:
+        raise ValueError(f"{path}: no tasks")
+    return tasks
+
+
+def workspace_of(task: Mapping[str, Any], base: Path, scratch: Path) -> Path:
+    """The task's tree as a folder: extracted from its archive into ``scratch`` (the archive
+    holds one top folder named after the task) or the folder the task names."""
+    src = base / str(task["tree"])
+    if src.is_dir():
+        return src
+    dest = scratch / str(task["id"])
+    if not dest.is_dir():
+        with tarfile.open(src) as tar:
+            tar.extractall(scratch, filter="data")  # no absolute paths, links out, devices
+    return dest
+
+
+def _fixed_and_cursor(asm: Assembly) -> tuple[int, int]:
+    """Tokens of A–D plus the question part of I, and of I's part before the question."""
+    fixed_kinds = {SegmentKind.SYSTEM, SegmentKind.TOOLS, SegmentKind.POLICY,
+                   SegmentKind.INSTRUCTIONS}
+    fixed = sum(s.n_tokens for s in asm.segments if s.kind in fixed_kinds)
+    user = asm.segment(SegmentKind.USER)
+    assert user is not None
+    return fixed + user.n_tokens - asm.question_offset, asm.question_offset
+
+
+def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],
+              split: ContextSplit) -> dict[str, Any]:
+    from contenox_lsp.code_segment import CodeBudget as Budget
+    from repo_index import RepoIndex
+    from repo_index.code_search import CodeFinder
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ctxeval-index-") as cache:
+        index = RepoIndex([root], cache_dir=cache)
+        index.build()
+    finder = CodeFinder(index, lambda p: read_disk(Path(p)))
+    finder.sync()
+    index_s = time.perf_counter() - t0
+    open_path = (root / str(task["open_file"])).resolve()
+    text = read_disk(open_path)
+    if text is None:
+        raise ValueError(f"{task['id']}: cannot read {task['open_file']}")
+    state = WorkspaceState(roots=(root.resolve(),), open_buffers={open_path: text},
+                           focus_files=(open_path,))
+    turn = turn_at(state.roots, open_path, str(task["question"]), text=text,
+                   line=int(task["cursor_line"]) - 1)
+    bare = assemble_turn(state, turn, index, session, map_tokens=0, answer_tokens=0,
+                         finder=None, code_budget=Budget(0))
+    fixed, cursor = _fixed_and_cursor(bare)
+    n_ctx = session.identity.n_ctx
+    rows: dict[str, Any] = {}
+    for system in SYSTEMS:
+        for budget in budgets:
+            map_tokens, code_budget = split.split(budget, cursor, system == "map+code")
+            limit = fixed + budget
+            times = []
+            for _ in range(2):  # the first renders this map size afresh; an ask does not
+                t1 = time.perf_counter()
+                asm = assemble_turn(state, turn, index, session, map_tokens=map_tokens,
+                                    answer_tokens=max(0, n_ctx - limit - 32),
+                                    finder=finder if system == "map+code" else None,
+                                    code_budget=code_budget)
+                times.append((time.perf_counter() - t1) * 1000.0)
+            rows[f"{system}@{budget}"] = {
+                **score(asm, task),
+                "first_build_ms": times[0],
+                "build_ms": times[1],
+                "tokens_beside_question": asm.n_tokens - fixed,
+            }
+    return {"id": task["id"], "index_s": index_s, "results": rows}
+
+
+def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for system in SYSTEMS:
+        for budget in budgets:
+            key = f"{system}@{budget}"
+            entry: dict[str, Any] = {}
+            for m in MEASURES:
+                xs = [t["results"][key][m] for t in per_task]
+                lo, hi = bootstrap(xs)
+                entry[m] = {"mean": mean(xs), "ci95": [lo, hi]}
+            ms = [t["results"][key]["build_ms"] for t in per_task]
+            entry["build_ms"] = {"p50": percentile(ms, 50), "p95": percentile(ms, 95)}
+            table[key] = entry
+    return table
+
+
+def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int) -> str:
+    head = " / ".join(f"{b // 1024}k" if b % 1024 == 0 else str(b) for b in budgets)
+    lines = [
+        f"Context eval over {n_tasks} tasks (mean [95% bootstrap interval]); budgets {head} "
+        "tokens beside the question",
+        "",
+        f"| system | budget | file recall | def located | body present | build p50 / p95 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for system in SYSTEMS:
+        for b in budgets:
+            e = summary[f"{system}@{b}"]
+            cells = [
+                f"{e[m]['mean']:.2f} [{e[m]['ci95'][0]:.2f}, {e[m]['ci95'][1]:.2f}]"
+                for m in MEASURES
+            ]
+            ms = e["build_ms"]
+            lines.append(f"| {system} | {b} | " + " | ".join(cells)
+                         + f" | {ms['p50']:.0f} / {ms['p95']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
+        split: ContextSplit | None = None, only: Sequence[str] = ()) -> dict[str, Any]:
+    """Evaluate every task (or those in ``only``); writes ``context-eval.json`` and
+    ``context-eval.md`` under ``out`` and returns the JSON document."""
+    split = split or ContextSplit()
+    tasks = [t for t in load_tasks(tasks_path) if not only or t["id"] in only]
+    out.mkdir(parents=True, exist_ok=True)
+    per_task = []
+    with tempfile.TemporaryDirectory(prefix="ctxeval-") as scratch:
+        for i, task in enumerate(tasks, 1):
+            root = workspace_of(task, tasks_path.parent, Path(scratch))
+            per_task.append(eval_task(task, root, session, budgets, split))
+            logger.info("ctxeval %d/%d %s", i, len(tasks), task["id"])
+    summary = summarize(per_task, budgets)
+    doc = {
+        "tasks_file": os.fspath(tasks_path),
+        "budgets": list(budgets),
+        "split": {"map_share": split.map_share},
+        "summary": summary,
+        "tasks": per_task,
+    }
+    (out / "context-eval.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    (out / "context-eval.md").write_text(format_table(summary, budgets, len(per_task)),
+                                         encoding="utf-8")
+    return doc

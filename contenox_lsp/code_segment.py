@@ -1,0 +1,172 @@
+"""Segment J's inputs for a turn: the definitions the cursor's code uses and those that match
+the question, chosen within their token budgets and rendered for the prompt.
+
+The cursor part never looks at the question, so the idle prefill (which has no question)
+builds exactly what the ask will: it stays warm. The question part leaves out what the
+cursor part and the pins already show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from contextasm import CodeSnippet
+from repo_index.code_search import CodeFinder, Snippet, texts_reader
+from repo_index.lexical import terms
+
+#: A pinned range: absolute path, 0-based first and last line (None: the whole file).
+PinnedRange = tuple[str, int | None, int | None]
+
+#: Lines of one definition shown at most (its first ones).
+MAX_SNIPPET_LINES = 60
+#: Lines longer than this are cut (minified code, data literals).
+MAX_LINE_CHARS = 300
+#: A long definition keeps its first lines (signature, docstring) ...
+HEAD_LINES = 8
+#: ... and the lines with most focus terms, with this many lines around each.
+FOCUS_CONTEXT = 2
+
+
+@dataclass(frozen=True)
+class CodeBudget:
+    """Tokens for segment J: ``cursor_share`` of ``tokens`` at most for the cursor part, the
+    rest (and what the cursor part left) for the question part."""
+
+    tokens: int = 1536
+    cursor_share: float = 0.5
+
+    @property
+    def cursor_tokens(self) -> int:
+        return int(self.tokens * self.cursor_share)
+
+
+def _focus_lines(lines: Sequence[tuple[int, str]], focus: Collection[str],
+                 cap: int) -> list[tuple[int, str]]:
+    """At most ``cap`` of a long definition's lines: its head, then the lines with the most
+    focus terms, each with a little context, in source order."""
+    keep = set(range(min(HEAD_LINES, len(lines))))
+    scored = sorted(
+        ((-len(focus.intersection(terms(text))), i) for i, (_, text) in enumerate(lines)),
+    )
+    for neg, i in scored:
+        if neg == 0 or len(keep) >= cap:
+            break
+        keep.update(j for j in range(i - FOCUS_CONTEXT, i + FOCUS_CONTEXT + 1)
+                    if 0 <= j < len(lines))
+    return [lines[i] for i in sorted(keep)[:cap]]
+
+
+def render_snippet(snippet: Snippet, focus: Collection[str] = ()) -> str:
+    """The snippet's lines as shown: at most ``MAX_SNIPPET_LINES`` lines (a long one shows its
+    head and the lines with most ``focus`` terms), gaps marked ``...``."""
+    lines = list(snippet.lines)
+    omitted = 0
+    if len(lines) > MAX_SNIPPET_LINES:
+        chosen = (_focus_lines(lines, set(focus), MAX_SNIPPET_LINES) if focus
+                  else lines[:MAX_SNIPPET_LINES])
+        omitted = len(lines) - len(chosen)
+        lines = chosen
+    out: list[str] = []
+    prev = None
+    for line_no, text in lines:
+        if prev is not None and line_no > prev + 1 and out:
+            out.append(_indent_of(text, out[-1]) + "...")
+        if len(text) > MAX_LINE_CHARS:
+            text = f"{text[:MAX_LINE_CHARS]} … ({len(text) - MAX_LINE_CHARS} more characters)"
+        out.append(text.rstrip())
+        prev = line_no
+    if omitted and lines[-1][0] < snippet.chunk.end_line:
+        out.append(_indent_of("", out[-1]) + f"... ({omitted} more lines)")
+    return "\n".join(out)
+
+
+def _indent_of(following: str, previous: str) -> str:
+    """Indentation for a gap marker: the deeper of the lines around it."""
+    a = following[: len(following) - len(following.lstrip())] if following.strip() else ""
+    b = previous[: len(previous) - len(previous.lstrip())]
+    return a if len(a) >= len(b) else b
+
+
+def _pinned(snippet: Snippet, pins: Sequence[PinnedRange]) -> bool:
+    """Whether a pin already shows the whole definition."""
+    for path, start, end in pins:
+        if path != snippet.path:
+            continue
+        if start is None:
+            return True
+        last = end if end is not None else start
+        if start <= snippet.chunk.start_line and snippet.chunk.end_line <= last:
+            return True
+    return False
+
+
+def _choose(snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int],
+            focus: Collection[str]) -> tuple[list[CodeSnippet], int]:
+    """Best first while they fit; a snippet that does not fit is passed over for smaller
+    ones. Returns the chosen ones and the tokens they use."""
+    chosen: list[CodeSnippet] = []
+    used = 0
+    for s in snippets:
+        snippet = CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
+                              title=f"{s.chunk.qualname} ({s.reason})",
+                              text=render_snippet(s, focus))
+        cost = count(f"{snippet.path}:{snippet.line} {snippet.title}\n{snippet.text}\n") + 8
+        if used + cost > tokens:
+            continue
+        chosen.append(snippet)
+        used += cost
+    return chosen, used
+
+
+def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str | None:
+    for root in roots:
+        candidate = str(root / rel)
+        if finder.index.version(candidate) is not None:
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class CodeRequest:
+    """Where a turn is: the workspace folders, open buffers (absolute path → text), pins,
+    the question's file (workspace-relative) and 1-based line, and the question."""
+
+    roots: Sequence[Path]
+    buffers: Mapping[str, str]
+    pins: Sequence[PinnedRange]
+    path: Path | None
+    line: int | None
+    question: str
+
+
+def code_inputs(
+    finder: CodeFinder,
+    req: CodeRequest,
+    count: Callable[[str], int],
+    budget: CodeBudget,
+    read_disk: Callable[[str], str | None],
+) -> tuple[tuple[CodeSnippet, ...], tuple[CodeSnippet, ...]]:
+    """``(cursor_code, question_code)`` of a turn."""
+    if budget.tokens <= 0:
+        return (), ()
+    finder.read_text = texts_reader(req.buffers, read_disk)
+    path = absolute_path(req.roots, finder, req.path) if req.path is not None else None
+    cursor: list[Snippet] = []
+    names: list[str] = []
+    if path is not None and req.line is not None:
+        cursor = [s for s in finder.around_cursor(path, req.line - 1)
+                  if not _pinned(s, req.pins)]
+        names = finder.cursor_names(path, req.line - 1)[1]
+    cursor_focus = set(terms(" ".join(names)))
+    cursor_code, used = _choose(cursor, budget.cursor_tokens, count, cursor_focus)
+    if not req.question.strip():
+        return tuple(cursor_code), ()
+    shown = {(c.path, c.line) for c in cursor_code}
+    exclude = {s.key for s in cursor if (s.display, s.chunk.def_line + 1) in shown}
+    hits = [s for s in finder.search(req.question, names, exclude=exclude)
+            if not _pinned(s, req.pins)]
+    question_focus = set(terms(req.question)) | cursor_focus
+    question_code, _ = _choose(hits, budget.tokens - used, count, question_focus)
+    return tuple(cursor_code), tuple(question_code)

@@ -1,0 +1,232 @@
+"""Which definitions a turn most likely needs: the symbol graph around the cursor, and lexical
+search with the question.
+
+``around_cursor`` depends only on the workspace and the cursor (it is known before the
+question, so the idle prefill can warm it); ``search`` depends on the question. Both return
+``Snippet``s: a chunk (``repo_index.chunks``) with its text, best first, deterministic.
+
+The graph walk: the names referenced in the function around the cursor → their definitions
+(hop 1) → the names those reference → their definitions (hop 2). Names are matched by name,
+which is what tree-sitter tags give; a name with many definitions (``get``, ``__init__``) says
+little and is skipped. Reaching a class also reaches its dunder methods, which callers never
+name (``Foo(...)`` runs ``Foo.__init__``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from repo_index.chunks import Chunk, chunks_of, enclosing
+from repo_index.index import RepoIndex
+from repo_index.lexical import LexicalIndex, terms
+
+#: A name defined in more places than this is too ambiguous to follow.
+MAX_DEFINERS = 6
+#: Hop-1 definitions whose own references are followed (hop 2).
+HOP2_SOURCES = 12
+#: A decorated function starting this few lines below the cursor counts as the cursor's.
+NEXT_DEF_LINES = 15
+#: Lines around the cursor used when it is not inside any function.
+MODULE_WINDOW = 12
+#: Weight of the identifiers near the cursor in the search query, relative to the question's.
+CURSOR_TERM_WEIGHT = 0.3
+
+ReadText = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A chunk chosen for the prompt: where it is, what it shows and why it was chosen."""
+
+    path: str  # absolute
+    display: str  # workspace-relative, as the repo map names it
+    chunk: Chunk
+    lines: tuple[tuple[int, str], ...]  # (0-based line, text) shown
+    score: float
+    reason: str
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.path, self.chunk.def_line)
+
+
+def is_test_path(path: str) -> bool:
+    parts = path.replace(os.sep, "/").split("/")
+    name = parts[-1]
+    return (
+        name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+        or any(p in ("tests", "test", "testing") for p in parts[:-1])
+    )
+
+
+class CodeFinder:
+    """Definitions for the code segment, from one ``RepoIndex``.
+
+    ``read_text(path)`` gives a file's current text (the editor buffer when open): it must be
+    the text the index parsed, so lines match. Keeps a lexical index in step with the repo
+    index (``sync``), one file at a time.
+    """
+
+    def __init__(self, index: RepoIndex, read_text: ReadText) -> None:
+        self.index = index
+        self.read_text = read_text
+        self.lexical = LexicalIndex()
+        self._chunks: dict[str, tuple[str, list[Chunk], list[str]]] = {}  # path -> (digest, ..)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _file(self, path: str, digest: str | None = None) -> tuple[list[Chunk], list[str]]:
+        """Chunks and lines of ``path`` at the index's version (cached by digest)."""
+        if digest is None:
+            digest = self.index.version(path)
+        if digest is None:
+            return [], []
+        cached = self._chunks.get(path)
+        if cached is not None and cached[0] == digest:
+            return cached[1], cached[2]
+        text = self.read_text(path)
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if text else []
+        chunks = chunks_of(self.index.raw_definitions(path)) if lines else []
+        self._chunks[path] = (digest, chunks, lines)
+        return chunks, lines
+
+    def sync(self) -> int:
+        """Bring the lexical index up to the repo index; returns the files redone."""
+        versions = self.index.versions()
+        for path in [p for p in self.lexical.paths() if p not in versions]:
+            self.lexical.remove_file(path)
+            self._chunks.pop(path, None)
+        redone = 0
+        for path in sorted(versions):
+            digest = versions[path]
+            if self.lexical.version(path) == digest:
+                continue
+            chunks, lines = self._file(path, digest)
+            self.lexical.set_file(
+                path,
+                digest,
+                (
+                    ((path, c.def_line), c.qualname, "\n".join(t for _, t in c.lines(lines)))
+                    for c in chunks
+                ),
+            )
+            redone += 1
+        return redone
+
+    def _snippet(self, path: str, chunk: Chunk, lines: list[str], score: float,
+                 reason: str) -> Snippet:
+        display = self.index.display_path(path) or path
+        return Snippet(path, display, chunk, tuple(chunk.lines(lines)), score, reason)
+
+    def _chunk_at(self, path: str, line: int) -> tuple[Chunk | None, list[str]]:
+        chunks, lines = self._file(path)
+        exact = next((c for c in chunks if c.def_line == line), None)
+        return (exact or enclosing(chunks, line)), lines
+
+    # -- the symbol graph ------------------------------------------------------------------
+
+    def cursor_names(self, path: str, line: int) -> tuple[Chunk | None, list[str]]:
+        """The chunk around 0-based ``line`` of ``path`` and the names referenced in it."""
+        chunks, lines = self._file(path)
+        here = enclosing(chunks, line)
+        if here is None or here.kind != "function":
+            # In a decorator (a parametrize list): the function it decorates, i.e. the next
+            # one with no blank line in between. A blank line is where new code goes.
+            below = next((c for c in chunks if c.kind == "function"
+                          and line < c.start_line <= line + NEXT_DEF_LINES), None)
+            if below is not None and all(t.strip() for t in lines[line:below.start_line]):
+                here = below
+        if here is not None and here.kind == "function":
+            return here, self.index.references_in(path, here.start_line, here.end_line)
+        return here, self.index.references_in(path, line - MODULE_WINDOW, line + MODULE_WINDOW)
+
+    def around_cursor(self, path: str, line: int, limit: int = 40) -> list[Snippet]:
+        """Definitions the code at the cursor uses, one or two hops away, best first."""
+        here, names = self.cursor_names(path, line)
+        found: dict[tuple[str, int], tuple[float, Chunk, str]] = {}
+        skip = {(path, here.def_line)} if here is not None else set()
+        where = here.qualname if here is not None else f"line {line + 1}"
+
+        def add(p: str, chunk: Chunk, weight: float, reason: str) -> None:
+            key = (p, chunk.def_line)
+            if key in skip:
+                return
+            old = found.get(key)
+            found[key] = (weight + (old[0] if old else 0.0), chunk, old[2] if old else reason)
+
+        def follow(source: str, counts: Counter[str], scale: float, reason: str) -> None:
+            for name, count in counts.items():
+                defs = self.index.definitions(name)
+                if not defs or len(defs) > MAX_DEFINERS:
+                    continue
+                for sym in defs:
+                    chunk, _ = self._chunk_at(sym.path, sym.line)
+                    if chunk is None:
+                        continue
+                    w = scale * (1 + math.log(count)) / len(defs)
+                    if sym.path == source:
+                        w *= 1.5  # self.helper(): the same file is the likelier definer
+                    if is_test_path(sym.path) and not is_test_path(source):
+                        w *= 0.5
+                    add(sym.path, chunk, w, reason)
+                    if chunk.kind == "class":
+                        for c in self._file(sym.path)[0]:
+                            if (c.qualname.startswith(chunk.name + ".")
+                                    and c.name.startswith("__") and c.name.endswith("__")):
+                                add(sym.path, c, w * 0.6, f"{reason} ({chunk.name}())")
+
+        follow(path, Counter(names), 1.0, f"used by {where}")
+        hop1 = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:HOP2_SOURCES]
+        for (p, _), (w, chunk, _) in hop1:
+            inner = self.index.references_in(p, chunk.start_line, chunk.end_line)
+            follow(p, Counter(n for n in inner if n != chunk.name), 0.5 * w,
+                   f"used by {chunk.qualname}")
+        ranked = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        return [self._snippet(p, c, self._file(p)[1], w, r) for (p, _), (w, c, r) in ranked]
+
+    # -- lexical search --------------------------------------------------------------------
+
+    def search(
+        self,
+        question: str,
+        cursor_names: Collection[str] = (),
+        *,
+        exclude: Collection[tuple[str, int]] = (),
+        limit: int = 20,
+    ) -> list[Snippet]:
+        """Chunks that match the question (and, weaker, the identifiers near the cursor)."""
+        query: Counter[str] = Counter()
+        for t in terms(question):
+            query[t] += 1.0
+        for t in terms(" ".join(cursor_names)):
+            query[t] += CURSOR_TERM_WEIGHT
+        if not query:
+            return []
+        self.sync()
+        out = []
+        for score, (p, def_line) in self.lexical.search(query, limit + len(exclude)):
+            if (p, def_line) in exclude:
+                continue
+            chunk, lines = self._chunk_at(p, def_line)
+            if chunk is None or chunk.def_line != def_line:
+                continue
+            out.append(self._snippet(p, chunk, lines, score, "matches the question"))
+            if len(out) >= limit:
+                break
+        return out
+
+
+def texts_reader(buffers: Mapping[str, str], read_disk: ReadText) -> ReadText:
+    """``read_text`` for ``CodeFinder``: the open buffer when there is one, else the disk."""
+
+    def read(path: str) -> str | None:
+        text = buffers.get(path)
+        return text if text is not None else read_disk(path)
+
+    return read
