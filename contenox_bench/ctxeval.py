@@ -152,7 +152,7 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
         f"Context eval over {n_tasks} tasks (mean [95% bootstrap interval]); budgets {head} "
         "tokens beside the question",
         "",
-        f"| system | budget | file recall | def located | body present | build p50 / p95 ms |",
+        "| system | budget | file recall | def located | body present | build p50 / p95 ms |",
         "|---|---|---|---|---|---|",
     ]
     for system in SYSTEMS:

@@ -23,6 +23,11 @@ PinnedRange = tuple[str, int | None, int | None]
 MAX_SNIPPET_LINES = 60
 #: Lines longer than this are cut (minified code, data literals).
 MAX_LINE_CHARS = 300
+#: The search favours the files of this many of the cursor's best definitions.
+NEAR_FILES_FROM = 20
+#: Share of a code budget kept for the headers of definitions that did not fit whole.
+SIGNATURE_SHARE = 0.2
+MAX_SIGNATURE_LINES = 8
 #: A long definition keeps its first lines (signature, docstring) ...
 HEAD_LINES = 8
 #: ... and the lines with most focus terms, with this many lines around each.
@@ -42,7 +47,10 @@ class CodeBudget:
         return int(self.tokens * self.cursor_share)
 
 
-def _focus_lines(lines: Sequence[tuple[int, str]], focus: Collection[str],
+DEFAULT_CODE_BUDGET = CodeBudget()
+
+
+def _focus_lines(lines: Sequence[tuple[int, str]], focus: set[str],
                  cap: int) -> list[tuple[int, str]]:
     """At most ``cap`` of a long definition's lines: its head, then the lines with the most
     focus terms, each with a little context, in source order."""
@@ -102,22 +110,53 @@ def _pinned(snippet: Snippet, pins: Sequence[PinnedRange]) -> bool:
     return False
 
 
+def signature_of(snippet: Snippet) -> str:
+    """The definition's header alone (decorators, the ``def``/``class`` line up to its
+    colon), body elided: what a candidate that did not fit whole still shows."""
+    out: list[str] = []
+    for line_no, text in snippet.lines:
+        if line_no < snippet.chunk.def_line:
+            if text.lstrip().startswith("@"):
+                out.append(text.rstrip())
+            continue
+        out.append(text.rstrip())
+        if text.rstrip().endswith(":") or len(out) >= MAX_SIGNATURE_LINES:
+            break
+    if len(snippet.lines) > len(out):
+        out.append(_indent_of("", out[-1]) + "    ...")
+    return "\n".join(out)
+
+
 def _choose(snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int],
             focus: Collection[str]) -> tuple[list[CodeSnippet], int]:
-    """Best first while they fit; a snippet that does not fit is passed over for smaller
-    ones. Returns the chosen ones and the tokens they use."""
-    chosen: list[CodeSnippet] = []
+    """Best first: whole while they fit in ``1 - SIGNATURE_SHARE`` of ``tokens``, then the
+    headers of the ones passed over while the rest lasts (a definition located is worth a
+    line). Returns the chosen ones in rank order and the tokens they use."""
+    def cost(c: CodeSnippet) -> int:
+        return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + 8
+
+    def make(s: Snippet, text: str) -> CodeSnippet:
+        return CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
+                           title=f"{s.chunk.qualname} ({s.reason})", text=text)
+
+    whole_budget = int(tokens * (1 - SIGNATURE_SHARE))
+    picked: dict[int, CodeSnippet] = {}
     used = 0
-    for s in snippets:
-        snippet = CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
-                              title=f"{s.chunk.qualname} ({s.reason})",
-                              text=render_snippet(s, focus))
-        cost = count(f"{snippet.path}:{snippet.line} {snippet.title}\n{snippet.text}\n") + 8
-        if used + cost > tokens:
+    for i, s in enumerate(snippets):
+        c = make(s, render_snippet(s, focus))
+        n = cost(c)
+        if used + n <= whole_budget:
+            picked[i] = c
+            used += n
+    for i, s in enumerate(snippets):
+        if i in picked:
             continue
-        chosen.append(snippet)
-        used += cost
-    return chosen, used
+        c = make(s, signature_of(s))
+        n = cost(c)
+        if used + n <= tokens:
+            picked[i] = c
+            used += n
+    return [picked[i] for i in sorted(picked)], used
 
 
 def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str | None:
@@ -165,7 +204,8 @@ def code_inputs(
         return tuple(cursor_code), ()
     shown = {(c.path, c.line) for c in cursor_code}
     exclude = {s.key for s in cursor if (s.display, s.chunk.def_line + 1) in shown}
-    hits = [s for s in finder.search(req.question, names, exclude=exclude)
+    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
+    hits = [s for s in finder.search(req.question, names, near_files=near, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
     question_code, _ = _choose(hits, budget.tokens - used, count, question_focus)

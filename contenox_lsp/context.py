@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from engine.model_files import cache_dir
 from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.turn import read_disk_text
+from engine.model_files import cache_dir
 from repo_index import RepoIndex
 from repo_index.code_search import CodeFinder
 

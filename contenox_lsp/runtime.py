@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from lsprotocol import types
 
 from contenox_lsp.auto_snapshots import AutoSnapshots
+from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.completion.service import CompletionService
 from contenox_lsp.context import ContextService
 from contenox_lsp.conversations import Conversations, prompt_outputs
@@ -29,7 +30,6 @@ from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
-from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped

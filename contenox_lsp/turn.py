@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs
+from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget, CodeRequest, code_inputs
 from contenox_lsp.paths import relative_to_roots, root_of
 from contextasm import (
     Assembly,
@@ -29,6 +29,7 @@ from contextasm import (
     assemble,
 )
 from contextasm import workspace as W
+from contextasm.tokens import default_token_counter
 from repo_index.safe_read import read_regular_file
 
 if TYPE_CHECKING:
@@ -172,8 +173,10 @@ def code(
     if finder is None:
         return (), ()
 
+    counter = default_token_counter()
+
     def count(text: str) -> int:
-        return len(session.tokenize(text, add_bos=False, special=False))
+        return counter.count(session, text)
 
     req = CodeRequest(
         roots=state.roots,
@@ -245,7 +248,7 @@ def assemble_turn(
     map_tokens: int,
     answer_tokens: int,
     finder: CodeFinder | None = None,
-    code_budget: CodeBudget = CodeBudget(),
+    code_budget: CodeBudget = DEFAULT_CODE_BUDGET,
 ) -> Assembly:
     """The prompt of one turn, budgeted to leave ``answer_tokens`` for the answer."""
     inputs = gather(state, turn, repo_map(index, session, map_tokens, state),

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget
 from contenox_lsp.errors import InputError
 from contenox_lsp.paths import is_under
 from contenox_lsp.snapshot_store import snapshot_store, snapshot_writer
-from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.turn import (
     TurnSpec,
     WorkspaceState,
@@ -88,7 +88,7 @@ class WorkspaceTurn:
         session: Session,
         *,
         map_tokens: int = DEFAULT_MAP_TOKENS,
-        code_budget: CodeBudget = CodeBudget(),
+        code_budget: CodeBudget = DEFAULT_CODE_BUDGET,
         store: SnapshotStore | None = None,
     ) -> None:
         from repo_index import RepoIndex

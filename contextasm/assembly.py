@@ -37,6 +37,10 @@ _SOFT_REPO_MAP_FRACTION = 0.25
 _SOFT_PIN_LINES = 40
 _SOFT_DIFF_HUNKS = 3
 _SOFT_OUTPUT_TAIL_LINES = 30
+# Shares of the limit (see budget.fit): what one volatile segment may take when over budget.
+_DIFF_SHARE = 0.35
+_OUTPUT_SHARE = 0.2
+_USER_SHARE = 0.35
 
 
 @dataclass(frozen=True)
@@ -118,14 +122,15 @@ class Assembly:
 
     @property
     def user_start(self) -> int:
-        """Token index where segment I starts: everything before it can be prefilled early."""
+        """Token index where segment I starts."""
         return self.manifest.user_start
 
     @property
     def question_start(self) -> int:
         """Token index where what depends on the question starts (the question-keyed code
-        segment, else the question): everything before it (the cursor-keyed code, the user
-        turn's file, selection and cursor context) is known before the question is."""
+        segment, else the question): everything before it (the cursor's code and the code
+        around the cursor, the user turn's file and selection) is known before the question
+        is, so the idle prefill can do it."""
         if self.question_keyed_start is not None:
             return self.question_keyed_start
         return self.manifest.user_start + self.question_offset
@@ -265,19 +270,21 @@ def _shrink_stages(slots: Sequence[Slot]) -> list[list[int]]:
     """Stages in shrink order: low (stale output, snippets, old turns; oldest first; then the
     code segments, the question's before the cursor's), medium
     (output tails, then the diff), high (repo map, then pins from the last: keeps the longest
-    prefix intact), and last the user turn's selection and cursor context. Highest-class
+    prefix intact), and last the code around the cursor and the user turn's selection. Highest-class
     segments are in no stage: they are never touched."""
     outputs = [i for i, s in enumerate(slots) if s.kind is SegmentKind.DIAGNOSTICS]
     low = [i for i in outputs if slots[i].cache_class is CacheClass.LOW]
-    # Code: the question's search hits first, then the cursor's (warm) definitions.
-    code = sorted((i for i, s in enumerate(slots) if s.kind is SegmentKind.CODE),
-                  key=lambda i: not slots[i].question_keyed)
+    # Code: the question's search hits first, then the cursor's (warm) definitions; the code
+    # around the cursor goes with the user turn, last.
+    cursor = [i for i, s in enumerate(slots) if s.label == "cursor context"]
+    code = sorted((i for i, s in enumerate(slots) if s.kind is SegmentKind.CODE
+                   and i not in cursor), key=lambda i: not slots[i].question_keyed)
     medium = [i for i in outputs if slots[i].cache_class is not CacheClass.LOW]
     diff = [i for i, s in enumerate(slots) if s.kind is SegmentKind.DIFF]
     repo = [i for i, s in enumerate(slots) if s.kind is SegmentKind.REPO_MAP]
     pins = [i for i, s in enumerate(slots) if s.kind is SegmentKind.PINNED][::-1]
     user = [i for i, s in enumerate(slots) if s.kind is SegmentKind.USER]
-    return [low + code, medium + diff, repo + pins, user]
+    return [low + code, medium + diff, repo + pins, cursor + user]
 
 
 class _Builder:
@@ -359,6 +366,8 @@ class _Builder:
             out.append(self.code_slot(
                 inp.cursor_code, "code (cursor)", "Code the cursor's function uses",
                 "cursor position and the definitions it reaches (symbol graph)", False))
+        if inp.user.cursor_context and render.normalize(inp.user.cursor_context):
+            out.append(self.cursor_slot())
         if inp.question_code:
             out.append(self.code_slot(
                 inp.question_code, "code (question)", "Code that matches the question",
@@ -471,6 +480,7 @@ class _Builder:
             by_hunks,
             k_max=k_max,
             soft_floor=_SOFT_DIFF_HUNKS,
+            share=_DIFF_SHARE,
         )
 
     def output_slot(self, entry: OutputEntry) -> Slot:
@@ -504,6 +514,7 @@ class _Builder:
             by_tail,
             k_max=n_lines,
             soft_floor=_SOFT_OUTPUT_TAIL_LINES,
+            share=_OUTPUT_SHARE,
         )
 
     def code_slot(self, snippets: Sequence[CodeSnippet], label: str, heading: str,
@@ -519,29 +530,38 @@ class _Builder:
         return Slot(SegmentKind.CODE, label, CacheClass.LOW, invalidation, by_count, k_max=n,
                     soft_floor=1, question_keyed=question_keyed)
 
+    def cursor_slot(self) -> Slot:
+        """The code around the cursor: cursor-keyed, so it sits before the question's code;
+        it shrinks with the user turn (last), keeping the lines nearest the cursor."""
+        turn = self.inputs.user
+        cur = len(render.normalize(turn.cursor_context or "").split("\n"))
+
+        def by_lines(k: int) -> Variant | None:
+            if k == 0:
+                return None
+            return self.variant(render.cursor(turn, None if k >= cur else k), truncated=k < cur)
+
+        return Slot(SegmentKind.CODE, "cursor context", CacheClass.LOW,
+                    "cursor position and the text around it", by_lines, k_max=cur,
+                    share=_USER_SHARE)
+
     def user_slot(self) -> Slot:
         turn = self.inputs.user
         sel = len(render.normalize(turn.selection).split("\n")) if turn.selection else 0
-        cur = len(render.normalize(turn.cursor_context).split("\n")) if turn.cursor_context else 0
 
         def by_lines(k: int) -> Variant | None:
-            # Cursor context goes first, then the selection; the question always stays.
-            sel_k, cur_k = (sel, k - sel) if k >= sel else (k, 0)
-            pieces = render.user(
-                self.fmt,
-                turn,
-                selection_lines=None if sel_k >= sel else sel_k,
-                cursor_lines=None if cur_k >= cur else cur_k,
-            )
-            return self.variant(pieces, truncated=(sel_k < sel or cur_k < cur))
+            # The selection shrinks from its end; the question always stays.
+            pieces = render.user(self.fmt, turn, selection_lines=None if k >= sel else k)
+            return self.variant(pieces, truncated=k < sel)
 
         return Slot(
             SegmentKind.USER,
             "user",
             CacheClass.LOW,
-            "question, selection or cursor",
+            "question or selection",
             by_lines,
-            k_max=sel + cur,
+            k_max=sel,
+            share=_USER_SHARE,
         )
 
     def newline_token(self) -> int:

@@ -4,8 +4,8 @@ Each segment is a ``Slot`` with a ladder of renderings indexed by ``k``: ``k_max
 rendering, smaller ``k`` keep less (fewer lines, fewer hunks, a smaller repo map), ``k == 0`` is
 the floor (dropped, or for the user turn: the bare question). ``fit`` walks the stages (low,
 medium, high, user turn) and gives each slot the largest ``k`` that makes the whole prompt fit
-(binary search), so every step removes no more than needed. Deterministic: same inputs, same
-cuts.
+(binary search), so every step removes no more than needed. Before the stages, a slot with a
+``share`` is held to that share of the limit. Deterministic: same inputs, same cuts.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Slot:
     k_max: int
     soft_floor: int = 0  # first-pass floor: the smallest still useful rung
     question_keyed: bool = False  # depends on the question: counts with the user turn
+    share: float | None = None  # most of the limit it may take before any class stage runs
     k: int = -1  # -1: not chosen yet → k_max
     _memo: dict[int, Variant | None] = field(default_factory=dict, repr=False)
 
@@ -96,6 +97,12 @@ def fit(slots: Sequence[Slot], stages: Sequence[Sequence[int]], limit: int, bloc
     log of the same class is dropped. The caller raises if the total still exceeds ``limit``.
     """
     total = total_tokens(slots, block_size)
+    # One budget, shared: a segment larger than its share of the limit (a huge diff, test
+    # log or pasted selection) is cut to that share before lower classes lose anything, so
+    # it truncates itself instead of evicting the code segments or the repo map.
+    for i, slot in enumerate(slots):
+        if total > limit and slot.share is not None:
+            total = _cap(slots, i, int(limit * slot.share), block_size)
     for stage in stages:
         if total <= limit:
             break
@@ -109,6 +116,27 @@ def fit(slots: Sequence[Slot], stages: Sequence[Sequence[int]], limit: int, bloc
         for i in reversed(stage):
             total = _grow(slots, i, limit, block_size, start[i])
     return total
+
+
+def _own_tokens(slot: Slot, k: int) -> int:
+    v = slot.variant(k)
+    return len(v.tokens) if v is not None else 0
+
+
+def _cap(slots: Sequence[Slot], i: int, cap: int, block_size: int) -> int:
+    """Give slot ``i`` the largest ``k`` whose own tokens are at most ``cap``."""
+    slot = slots[i]
+    if _own_tokens(slot, slot.k) > cap:
+        lo, hi = 0, slot.k  # invariant: hi is over the cap; lo is the best known (0: floor)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _own_tokens(slot, mid) <= cap:
+                lo = mid
+            else:
+                hi = mid
+        logger.debug("budget: %s capped at %d tokens: k=%d/%d", slot.label, cap, lo, slot.k_max)
+        slot.k = lo
+    return total_tokens(slots, block_size)
 
 
 def _grow(slots: Sequence[Slot], i: int, limit: int, block_size: int, k_hi: int) -> int:

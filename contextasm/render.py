@@ -156,18 +156,35 @@ def question_piece(pieces: Pieces) -> int:
     return max(i for i, (_, special) in enumerate(pieces) if not special)
 
 
+def cursor(turn: UserTurn, keep_lines: int | None = None) -> Pieces:
+    """The code around the cursor (part of segment J); ``keep_lines`` keeps that many lines
+    around its middle (where the cursor is)."""
+    if not turn.cursor_context or not normalize(turn.cursor_context):
+        return ()
+    ctx = normalize(turn.cursor_context).split("\n")
+    if keep_lines is not None and keep_lines < len(ctx):
+        start = max(0, (len(ctx) - keep_lines) // 2)
+        ctx = ctx[start : start + keep_lines]
+    if not ctx:
+        return ()
+    where = turn.file_path or "the open file"
+    if turn.line is not None:
+        where += f", line {turn.line}"
+    return content(f"# Code around the cursor ({where})\n\n" + fenced("\n".join(ctx)) + "\n")
+
+
 def user(
     fmt: PromptFormat,
     turn: UserTurn,
     *,
     selection_lines: int | None = None,
-    cursor_lines: int | None = None,
 ) -> Pieces:
     """The user turn between the format's user-open and close markers: where the user is (file,
-    selection, cursor context) then the question, as separate pieces (``question_piece``).
+    selection) then the question, as separate pieces (``question_piece``). The cursor context
+    is not here: it is cursor-keyed code (``cursor``), in segment J before any question-keyed
+    part.
 
-    ``selection_lines`` keeps the selection's first lines; ``cursor_lines`` keeps that many
-    lines around the middle of the cursor context (where the cursor is).
+    ``selection_lines`` keeps the selection's first lines.
     """
     parts: list[str] = []
     if turn.file_path:
@@ -183,13 +200,6 @@ def user(
             sel = sel[:selection_lines]
         if sel:
             parts.append("Selected code:\n" + fenced("\n".join(sel)) + note + "\n")
-    if turn.cursor_context and normalize(turn.cursor_context):
-        ctx = normalize(turn.cursor_context).split("\n")
-        if cursor_lines is not None and cursor_lines < len(ctx):
-            start = max(0, (len(ctx) - cursor_lines) // 2)
-            ctx = ctx[start : start + cursor_lines]
-        if ctx:
-            parts.append("Code around the cursor:\n" + fenced("\n".join(ctx)) + "\n")
     question = "Question: " + normalize(turn.question) + "\n"
     if fmt.close:
         question = question.rstrip("\n")  # the closing marker follows the text directly

@@ -144,3 +144,39 @@ _default_cache = TokenCache()
 def default_token_cache() -> TokenCache:
     """The process-wide cache ``assemble`` uses when none is passed."""
     return _default_cache
+
+
+class TokenCounter:
+    """Token counts of small texts (repo-map lines, code snippets), remembered by text: the
+    budgets count the same few hundred items on every assembly, and the counts of an
+    unchanged workspace never change. Bounded LRU, thread-safe."""
+
+    def __init__(self, max_entries: int = 65_536) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self.max_entries = max_entries
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, tokenizer: Tokenizer, text: str) -> int:
+        """Tokens of ``text`` as content (``special=False``, no BOS)."""
+        key = (tokenizer.tokenizer_digest, text)
+        with self._lock:
+            n = self._counts.get(key)
+            if n is not None:
+                self._counts.move_to_end(key)
+                return n
+        n = len(tokenizer.tokenize(text, add_bos=False, special=False))
+        with self._lock:
+            self._counts[key] = n
+            while len(self._counts) > self.max_entries:
+                self._counts.popitem(last=False)
+        return n
+
+
+_default_counter = TokenCounter()
+
+
+def default_token_counter() -> TokenCounter:
+    """The process-wide counter the repo map and code budgets use."""
+    return _default_counter

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contextasm.inputs import ContextInputs, OutputEntry, Pin, RepoInstructions, RepoMap, UserTurn
+from contextasm.tokens import default_token_counter
 from repo_index.safe_read import FileTooLarge, read_regular_file
 
 #: Open editor buffers: ``{path: text}``, paths absolute or relative to the workspace root.
@@ -354,8 +355,10 @@ def repo_map_from_index(
         return None
     focus = list(focus_files)
 
+    counter = default_token_counter()
+
     def count(text: str) -> int:
-        return len(tokenizer.tokenize(text, add_bos=False, special=False))
+        return counter.count(tokenizer, text)
 
     def render(budget: int) -> tuple[str, str]:
         m = index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)

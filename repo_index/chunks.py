@@ -70,7 +70,9 @@ def chunks_of(defs: Sequence[Definition]) -> list[Chunk]:
             methods = sorted(
                 (defs[j].line + 1, defs[j].end_line)
                 for j in range(len(defs))
-                if parents[j] == i and defs[j].kind in FUNCTION_KINDS and defs[j].end_line > defs[j].line
+                if parents[j] == i
+                and defs[j].kind in FUNCTION_KINDS
+                and defs[j].end_line > defs[j].line
             )
             chunks.append(
                 Chunk(d.name, qualname, "class", d.line, start, d.end_line, tuple(methods))

@@ -34,6 +34,10 @@ NEXT_DEF_LINES = 15
 MODULE_WINDOW = 12
 #: Weight of the identifiers near the cursor in the search query, relative to the question's.
 CURSOR_TERM_WEIGHT = 0.3
+#: Search hits re-ranked with the priors below.
+RERANK_POOL = 100
+NEAR_FILE_BOOST = 1.5
+TEST_CODE_WEIGHT = 0.5
 
 ReadText = Callable[[str], "str | None"]
 
@@ -146,6 +150,15 @@ class CodeFinder:
             return here, self.index.references_in(path, here.start_line, here.end_line)
         return here, self.index.references_in(path, line - MODULE_WINDOW, line + MODULE_WINDOW)
 
+    def chunk_references(self, path: str, chunk: Chunk) -> list[str]:
+        """Names referenced in the lines ``chunk`` shows (a class outline: not its methods)."""
+        out: list[str] = []
+        start = chunk.start_line
+        for skip_start, skip_end in chunk.skip:
+            out += self.index.references_in(path, start, skip_start - 1)
+            start = skip_end + 1
+        return out + self.index.references_in(path, start, chunk.end_line)
+
     def around_cursor(self, path: str, line: int, limit: int = 40) -> list[Snippet]:
         """Definitions the code at the cursor uses, one or two hops away, best first."""
         here, names = self.cursor_names(path, line)
@@ -170,10 +183,10 @@ class CodeFinder:
                     if chunk is None:
                         continue
                     w = scale * (1 + math.log(count)) / len(defs)
-                    if sym.path == source:
+                    if is_test_path(sym.path):
+                        w *= TEST_CODE_WEIGHT  # fixtures and helpers are rarely the point
+                    elif sym.path == source:
                         w *= 1.5  # self.helper(): the same file is the likelier definer
-                    if is_test_path(sym.path) and not is_test_path(source):
-                        w *= 0.5
                     add(sym.path, chunk, w, reason)
                     if chunk.kind == "class":
                         for c in self._file(sym.path)[0]:
@@ -184,7 +197,7 @@ class CodeFinder:
         follow(path, Counter(names), 1.0, f"used by {where}")
         hop1 = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:HOP2_SOURCES]
         for (p, _), (w, chunk, _) in hop1:
-            inner = self.index.references_in(p, chunk.start_line, chunk.end_line)
+            inner = self.chunk_references(p, chunk)
             follow(p, Counter(n for n in inner if n != chunk.name), 0.5 * w,
                    f"used by {chunk.qualname}")
         ranked = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
@@ -197,22 +210,36 @@ class CodeFinder:
         question: str,
         cursor_names: Collection[str] = (),
         *,
+        near_files: Collection[str] = (),
         exclude: Collection[tuple[str, int]] = (),
         limit: int = 20,
     ) -> list[Snippet]:
-        """Chunks that match the question (and, weaker, the identifiers near the cursor)."""
-        query: Counter[str] = Counter()
+        """Chunks that match the question (and, weaker, the identifiers near the cursor).
+
+        BM25, then two priors: a chunk in one of ``near_files`` (the files the cursor's code
+        reaches) counts ``NEAR_FILE_BOOST`` times more, and test code counts half (the code
+        to change is rarely the test the developer has open)."""
+        query: dict[str, float] = {}
         for t in terms(question):
-            query[t] += 1.0
+            query[t] = query.get(t, 0.0) + 1.0
         for t in terms(" ".join(cursor_names)):
-            query[t] += CURSOR_TERM_WEIGHT
+            query[t] = query.get(t, 0.0) + CURSOR_TERM_WEIGHT
         if not query:
             return []
         self.sync()
-        out = []
-        for score, (p, def_line) in self.lexical.search(query, limit + len(exclude)):
+        near = set(near_files)
+        scored = []
+        for score, (p, def_line) in self.lexical.search(query, RERANK_POOL + len(exclude)):
             if (p, def_line) in exclude:
                 continue
+            if p in near:
+                score *= NEAR_FILE_BOOST
+            if is_test_path(p):
+                score *= TEST_CODE_WEIGHT
+            scored.append((score, p, def_line))
+        scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+        out = []
+        for score, p, def_line in scored:
             chunk, lines = self._chunk_at(p, def_line)
             if chunk is None or chunk.def_line != def_line:
                 continue

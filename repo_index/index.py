@@ -27,8 +27,8 @@ from repo_index.rank import Ranking, rank
 from repo_index.records import FileRecord
 from repo_index.render import Candidates, FileView, ItemKey, RepoMap, render
 from repo_index.results import BuildReport, Location, Symbol
-from repo_index.symbols import Definition
 from repo_index.safe_read import read_regular_file
+from repo_index.symbols import Definition
 from repo_index.textedit import ENCODINGS, encode_text
 from repo_index.walker import Skipped
 from repo_index.workspace import Workspace

@@ -73,7 +73,9 @@ class LexicalIndex:
     def paths(self) -> list[str]:
         return list(self._files)
 
-    def set_file(self, path: str, version: str, docs: Iterable[tuple[tuple[str, int], str, str]]) -> None:
+    def set_file(
+        self, path: str, version: str, docs: Iterable[tuple[tuple[str, int], str, str]]
+    ) -> None:
         """Replace ``path``'s documents by ``docs``: ``(key, name, text)`` each."""
         self.remove_file(path)
         built = []

@@ -14,9 +14,11 @@ import pytest
 PACKAGES = ("contenox_lsp", "contenox_bench", "contextasm", "engine", "repo_index")
 
 #: What the benchmark may import from the server: the protocol tweaks its LSP client needs,
-#: and the completion prompt layout (its typing trace rebuilds the server's prompts).
+#: the completion prompt layout (its typing trace rebuilds the server's prompts), and the turn
+#: pipeline with its code-segment budget (the context eval scores the prompts it builds).
 SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completion.prompt",
-                 "contenox_lsp.completion.window"}
+                 "contenox_lsp.completion.window", "contenox_lsp.turn",
+                 "contenox_lsp.code_segment"}
 
 
 @pytest.fixture(scope="module")

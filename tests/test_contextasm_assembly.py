@@ -217,7 +217,13 @@ INVALIDATIONS = [
         },
         "test output pytest",
     ),
-    ("question change", {"user": UserTurn(question="What does render() return?")}, "user"),
+    (
+        "question change",
+        {"user": UserTurn(question="What does render() return?", selection="return tokens",
+                          cursor_context="def parse(text):\n    tokens = text.split()\n"
+                          "    return tokens\n", file_path="pkg/parse.py", line=11)},
+        "user",
+    ),
 ]
 
 
@@ -321,7 +327,7 @@ def test_stable_end_is_block_aligned_with_newline_padding(
     after = next(seg for seg in asm.segments if seg.token_start == keyed)
     assert after.label == "code (question)"
     before = asm.segments[after.index - 1]
-    assert before.label == "code (cursor)"
+    assert before.label == "cursor context"
     user_pad = before.padding
     assert 0 <= user_pad < block_size
     assert list(before.tokens[len(before.tokens) - user_pad :]) == newline * user_pad
@@ -486,6 +492,7 @@ def test_raw_format_without_system_prompt_or_bos(gemma: LlamaVocabTokenizer):
         "outputs": (),
         "cursor_code": (),
         "question_code": (),
+        "user": UserTurn(question="Why does parse() keep whitespace?", selection="return tokens"),
     }
     ident = make_identity(gemma, prompt_format="raw", bos_policy="none", block_size=8)
     asm = build(gemma, ident, sample_inputs(**empty))

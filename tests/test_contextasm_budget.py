@@ -98,16 +98,45 @@ def state(asm: Assembly) -> dict[str, str]:
     return out
 
 
-def group(asm: Assembly, kinds_or_class: Any) -> list[str]:
+def labelled(asm: Assembly, kinds_or_class: Any) -> list[tuple[str, str]]:
     states = state(asm)
     labels = [(s.label, s.kind, s.cache_class) for s in asm.segments] + [
         (d.label, d.kind, d.cache_class) for d in asm.dropped
     ]
-    return [states[lbl] for lbl, kind, cls in labels if kinds_or_class(kind, cls)]
+    return [(lbl, states[lbl]) for lbl, kind, cls in labels if kinds_or_class(kind, cls)]
+
+
+def group(asm: Assembly, kinds_or_class: Any) -> list[str]:
+    return [x for _, x in labelled(asm, kinds_or_class)]
 
 
 def is_low(kind: SegmentKind, cls: CacheClass) -> bool:
-    return kind is SegmentKind.DIAGNOSTICS and cls is CacheClass.LOW
+    return kind in (SegmentKind.DIAGNOSTICS, SegmentKind.CODE) and cls is CacheClass.LOW
+
+
+def is_user(label: str) -> bool:
+    """The user turn and the code around the cursor: the last stage."""
+    return label in ("user", "cursor context")
+
+
+def shares() -> dict[SegmentKind, float]:
+    """The most of the limit one segment of a kind may take (``assembly``'s policy)."""
+    from contextasm import assembly
+
+    return {SegmentKind.DIFF: assembly._DIFF_SHARE, SegmentKind.USER: assembly._USER_SHARE,
+            SegmentKind.DIAGNOSTICS: assembly._OUTPUT_SHARE}
+
+
+def over_share(full: Assembly, limit: int) -> set[str]:
+    """Labels of segments larger than their share of ``limit``: the budget cuts those to
+    their share first, whatever their class."""
+    out = set()
+    for seg in full.segments:
+        share = shares().get(seg.kind)
+        low_output = seg.kind is SegmentKind.DIAGNOSTICS and seg.cache_class is CacheClass.LOW
+        if share is not None and not low_output and seg.n_tokens > int(limit * share):
+            out.add(seg.label)
+    return out
 
 
 def is_medium(kind: SegmentKind, cls: CacheClass) -> bool:
@@ -136,16 +165,21 @@ def test_shrink_order_low_then_medium_then_high_never_highest(gemma: LlamaVocabT
         asm = fit_to(gemma, big_inputs(renderer), limit)
         assert asm.n_tokens <= limit
         assert [s.token_hash for s in asm.segments if s.kind in HIGHEST] == highest
-        low, medium, high = group(asm, is_low), group(asm, is_medium), group(asm, is_high)
-        user = state(asm)["user"]
-        if any(x != "full" for x in medium):
+        capped = over_share(full, limit)  # cut to their share first, whatever their class
+        low = [x for lbl, x in labelled(asm, is_low) if not is_user(lbl)]
+        medium, high = group(asm, is_medium), group(asm, is_high)
+        medium_in_share = [x for lbl, x in labelled(asm, is_medium) if lbl not in capped]
+        users = {lbl: x for lbl, x in state(asm).items() if is_user(lbl)}
+        user = "full" if all(x == "full" for x in users.values()) else "cut"
+        if any(x != "full" for x in medium_in_share):
             assert all(x == "dropped" for x in low), limit
             seen.add("medium")
         if any(x != "full" for x in high):
             assert all(x == "dropped" for x in low + medium), limit
             seen.add("high")
         if user != "full":
-            assert all(x == "dropped" for x in low + medium + high), limit
+            if not capped & set(users):  # within its share it is the last to give
+                assert all(x == "dropped" for x in low + medium + high), limit
             seen.add("user")
         if any(x != "full" for x in low):
             seen.add("low")
@@ -186,7 +220,10 @@ def test_test_output_keeps_its_tail(gemma: LlamaVocabTokenizer):
 def test_diff_keeps_the_hunks_nearest_the_cursor(gemma: LlamaVocabTokenizer):
     # Cursor at pkg/parse.py:402 → hunk @400 first, then @200, then @10, then pkg/util.py.
     markers = ["run(args, verbose=True)", 'out.append("header")', "t.strip()", "+import sys"]
-    inputs = big_inputs(outputs=(), repo_map=None, pins=())
+    # Only the cursor's place: a selection or cursor context would take their own share.
+    user = UserTurn(question="Why does main() pass verbose=True to run?",
+                    file_path="pkg/parse.py", line=402)
+    inputs = big_inputs(outputs=(), repo_map=None, pins=(), user=user)
     full = fit_to(gemma, inputs, 100_000)
     diff_full = full.segment(SegmentKind.DIFF)
     assert diff_full is not None and all(m in diff_full.text for m in markers)
@@ -332,8 +369,9 @@ def test_a_huge_line_at_the_cursor_is_clipped_and_never_evicts_the_repo_map(
     gemma: LlamaVocabTokenizer,
 ):
     """Issue 15's case: a 20 KB single-line file open with the cursor on it. The budget can
-    cut a code block only by whole lines, so the raw line took the repo map's room; the turn
-    pipeline clips long lines (``contenox_lsp.turn.clip_long_lines``) and the map stays."""
+    cut a code block only by whole lines, so the raw line took the repo map's room. Two fixes,
+    each enough: the turn pipeline clips long lines (``contenox_lsp.turn.clip_long_lines``),
+    and the user turn may take only its share of the budget before other segments shrink."""
     from contenox_lsp.turn import MAX_CONTEXT_LINE_CHARS, clip_long_lines
 
     line = ",".join(f'"k{i}": {i}' for i in range(2500))[:20_000]
@@ -345,6 +383,9 @@ def test_a_huge_line_at_the_cursor_is_clipped_and_never_evicts_the_repo_map(
     limit = fit_to(gemma, big_inputs(user=clipped), 100_000).n_tokens
     before = fit_to(gemma, big_inputs(user=raw), limit)
     after = fit_to(gemma, big_inputs(user=clipped), limit)
-    assert state(before)["repo map"] != "full"  # what the issue measured
-    assert state(after)["repo map"] == "full"
-    assert "more characters on this line" in after.segment(SegmentKind.USER).text
+    # The raw line is over its share of the budget: the cursor context gives up its line, not
+    # the repo map (the issue measured the map evicted and the line cut anyway).
+    assert state(before)["repo map"] == "full" and state(before)["cursor context"] == "dropped"
+    assert state(after)["repo map"] == "full" and state(after)["cursor context"] == "full"
+    cursor = next(s for s in after.segments if s.label == "cursor context")
+    assert "more characters on this line" in cursor.text

@@ -1,0 +1,289 @@
+"""Segment J on real files and the real parser: definition chunks, the symbol graph around the
+cursor (a private helper two hops from a test), lexical search kept in step with edits, the
+code budget (whole, then headers), the shared budget that a huge diff or paste cannot take."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from test_contextasm_support import LlamaVocabTokenizer, load_tokenizer, make_identity
+
+from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs, render_snippet
+from contenox_lsp.turn import read_disk_text
+from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
+from repo_index import RepoIndex
+from repo_index.chunks import chunks_of, enclosing
+from repo_index.code_search import CodeFinder
+from repo_index.lexical import LexicalIndex, terms
+
+PARSER = '''\
+"""Parsing of configuration text."""
+import re
+
+
+class Parser:
+    """Parses key=value lines."""
+
+    separator = "="
+
+    def __init__(self, strict):
+        self.strict = strict
+
+    def parse(self, text):
+        out = {}
+        for line in text.splitlines():
+            key, value = self._split(line)
+            out[key] = value
+        return out
+
+    def _split(self, line):
+        key, _, value = line.partition(self.separator)
+        return key.strip(), _unquote(value)
+
+
+def _unquote(value):
+    value = value.strip()
+    if value[:1] == value[-1:] == '"':
+        return value[1:-1]
+    return value
+
+
+def load(path):
+    with open(path) as f:
+        return Parser(strict=True).parse(f.read())
+
+
+def unrelated_helper():
+    return 42
+'''
+
+TEST = '''\
+from config.parser import Parser, load
+
+
+def test_quoted_values():
+    parser = Parser(strict=False)
+    assert parser.parse('a = "b"') == {"a": "b"}
+'''
+
+
+@pytest.fixture(scope="module")
+def gemma() -> LlamaVocabTokenizer:
+    return load_tokenizer()
+
+
+@pytest.fixture()
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "__init__.py").write_text("")
+    (tmp_path / "config" / "parser.py").write_text(PARSER)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_parser.py").write_text(TEST)
+    return tmp_path
+
+
+def finder_for(root: Path) -> CodeFinder:
+    index = RepoIndex([root], use_cache=False)
+    index.build()
+    return CodeFinder(index, read_disk_text)
+
+
+def qualnames(snippets: list) -> list[str]:
+    return [s.chunk.qualname for s in snippets]
+
+
+# -- chunks -----------------------------------------------------------------------------------
+
+
+def test_chunks_are_functions_methods_and_class_outlines(workspace: Path) -> None:
+    finder = finder_for(workspace)
+    path = str(workspace / "config" / "parser.py")
+    chunks = chunks_of(finder.index.raw_definitions(path))
+    assert [c.qualname for c in chunks] == [
+        "Parser", "Parser.__init__", "Parser.parse", "Parser._split", "_unquote", "load",
+        "unrelated_helper",
+    ]
+    lines = PARSER.split("\n")
+    outline = [t for _, t in chunks[0].lines(lines)]
+    assert '    separator = "="' in outline and "    def parse(self, text):" in outline
+    assert "        out = {}" not in outline  # method bodies are their own chunks
+    here = enclosing(chunks, PARSER.split("\n").index("            out[key] = value"))
+    assert here is not None and here.qualname == "Parser.parse"
+
+
+# -- the symbol graph -------------------------------------------------------------------------
+
+
+def test_the_graph_reaches_a_private_helper_two_hops_from_the_test(workspace: Path) -> None:
+    """test → Parser.parse (hop 1, named in the test) → Parser._split (``self._split``,
+    hop 2, a private helper), and ``Parser(...)`` reaches the dunder ``__init__`` nobody
+    names; what nothing on the path uses stays out."""
+    finder = finder_for(workspace)
+    test = str(workspace / "tests" / "test_parser.py")
+    line = TEST.split("\n").index("    parser = Parser(strict=False)")
+    found = qualnames(finder.around_cursor(test, line))
+    assert "Parser.parse" in found and "Parser" in found
+    assert "Parser.__init__" in found  # a dunder the test never names
+    assert "Parser._split" in found  # two hops: parse → self._split
+    assert "unrelated_helper" not in found and "load" not in found
+    assert found.index("Parser.parse") < found.index("Parser._split")
+    # Deterministic: the same index gives the same list.
+    again = qualnames(finder.around_cursor(test, 4))
+    assert again == qualnames(finder.around_cursor(test, 4))
+
+
+def test_lexical_search_follows_edits_file_by_file(workspace: Path) -> None:
+    finder = finder_for(workspace)
+    assert finder.sync() == 3  # parser.py, __init__.py, test_parser.py
+    hits = finder.search("strip the quotes around a value")
+    assert qualnames(hits)[0] == "_unquote"
+    # An edit of one file: only that file is redone, and the new text is what is found.
+    path = workspace / "config" / "parser.py"
+    path.write_text(PARSER + "\n\ndef dequote_everything(value):\n    return value.strip('\"')\n")
+    finder.index.update(path)
+    assert finder.sync() == 1
+    assert "dequote_everything" in qualnames(finder.search("dequote everything"))
+
+
+def test_lexical_index_update_equals_a_fresh_build() -> None:
+    docs_a = [(("a.py", 1), "parse_config", "def parse_config(text): return split(text)")]
+    docs_b = [(("b.py", 3), "split", "def split(text): return text.split()")]
+    docs_b2 = [(("b.py", 3), "split_lines", "def split_lines(text): return text.splitlines()")]
+    edited = LexicalIndex()
+    edited.set_file("a.py", "1", docs_a)
+    edited.set_file("b.py", "1", docs_b)
+    edited.set_file("b.py", "2", docs_b2)
+    fresh = LexicalIndex()
+    fresh.set_file("a.py", "1", docs_a)
+    fresh.set_file("b.py", "2", docs_b2)
+    query = {t: 1.0 for t in terms("split lines of the config text")}
+    assert edited.search(query, 5) == fresh.search(query, 5)
+    edited.remove_file("b.py")
+    assert [k for _, k in edited.search(query, 5)] == [("a.py", 1)]
+    assert terms("parseConfig HTTPServer snake_case") == [
+        "parseconfig", "parse", "config", "httpserver", "http", "server", "snake_case",
+        "snake", "case"]
+
+
+# -- choosing within the budget ---------------------------------------------------------------
+
+
+def request(root: Path, question: str, line: int | None = 5, pins=()) -> CodeRequest:
+    return CodeRequest(roots=[root], buffers={}, pins=list(pins),
+                       path=Path("tests/test_parser.py"), line=line, question=question)
+
+
+def test_the_cursor_part_does_not_depend_on_the_question(workspace: Path,
+                                                         gemma: LlamaVocabTokenizer) -> None:
+    finder = finder_for(workspace)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    budget = CodeBudget(600)
+    idle = code_inputs(finder, request(workspace, ""), count, budget, read_disk_text)
+    asked = code_inputs(finder, request(workspace, "how are quotes stripped?"), count, budget,
+                        read_disk_text)
+    assert idle[0] == asked[0] and idle[0]  # the idle prefill builds exactly this
+    assert idle[1] == ()
+    shown = {(c.path, c.line) for c in asked[0]}
+    assert not shown & {(c.path, c.line) for c in asked[1]}  # no repeats across the two
+    assert all(c.path == "config/parser.py" for c in asked[0])
+
+
+def test_a_pinned_definition_is_not_repeated(workspace: Path, gemma: LlamaVocabTokenizer) -> None:
+    finder = finder_for(workspace)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    parser = str(workspace / "config" / "parser.py")
+    pinned = code_inputs(finder, request(workspace, "", pins=[(parser, None, None)]), count,
+                         CodeBudget(600), read_disk_text)
+    assert pinned == ((), ())
+
+
+def test_what_does_not_fit_whole_keeps_its_header(workspace: Path,
+                                                  gemma: LlamaVocabTokenizer) -> None:
+    finder = finder_for(workspace)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    roomy = code_inputs(finder, request(workspace, ""), count, CodeBudget(2000, 1.0),
+                        read_disk_text)[0]
+    tight = code_inputs(finder, request(workspace, ""), count, CodeBudget(160, 1.0),
+                        read_disk_text)[0]
+    whole = {c.title: c.text for c in roomy}
+    assert len(tight) >= 2
+    headers_only = [c for c in tight if c.text != whole[c.title]]
+    assert headers_only, "a tight budget shows some definitions by their header"
+    for c in headers_only:
+        assert c.text.split("\n")[0] == whole[c.title].split("\n")[0] or c.text.startswith("@")
+        assert c.text.rstrip().endswith("...")
+
+
+def test_a_long_definition_shows_its_head_and_the_lines_that_match(tmp_path: Path) -> None:
+    body = "\n".join(f"    step_{i} = compute({i})" for i in range(200))
+    src = f"def long_function(x):\n{body}\n    checksum = validate_checksum(x)\n    return x\n"
+    (tmp_path / "big.py").write_text(src)
+    finder = finder_for(tmp_path)
+    [snippet] = finder.search("validate checksum")
+    text = render_snippet(snippet, {"validate", "checksum"})
+    lines = text.split("\n")
+    assert lines[0] == "def long_function(x):"
+    assert "    checksum = validate_checksum(x)" in lines  # the matching line, shown whole
+    assert "    step_150 = compute(150)" not in lines
+    assert any(ln.strip() == "..." for ln in lines)
+    assert len(lines) <= 70
+    head_only = render_snippet(snippet).split("\n")  # no focus: the first lines only
+    assert "    checksum = validate_checksum(x)" not in head_only
+
+
+# -- one budget, shared -----------------------------------------------------------------------
+
+
+def _inputs(diff: str = "", selection: str | None = None) -> ContextInputs:
+    return ContextInputs(
+        system_prompt="You help with code.",
+        repo_map=RepoMap("\n".join(f"pkg/m{i}.py:\n  def f{i}(x)" for i in range(60)), "d"),
+        diff=diff,
+        cursor_code=(CodeSnippet("pkg/a.py", 3, "helper (used by f)",
+                                 "def helper():\n    return 1"),),
+        question_code=(CodeSnippet("pkg/b.py", 9, "g (matches the question)",
+                                   "def g():\n    return 2"),),
+        user=UserTurn(question="Why?", selection=selection, file_path="pkg/a.py", line=3),
+    )
+
+
+def test_a_huge_diff_truncates_itself_and_the_code_segments_stay(
+    gemma: LlamaVocabTokenizer,
+) -> None:
+    hunks = "".join(
+        f"diff --git a/gen{i}.py b/gen{i}.py\n--- a/gen{i}.py\n+++ b/gen{i}.py\n@@ -1,1 +1,40 @@\n"
+        + "".join(f"+generated_{i}_{j} = {j}\n" for j in range(40))
+        for i in range(30)
+    )
+    ident = dataclasses.replace(make_identity(gemma), n_ctx=3000)
+    asm = assemble(_inputs(diff=hunks), gemma, ident, max_new_tokens=100)
+    diff = asm.segment(SegmentKind.DIFF)
+    assert diff is not None and diff.truncated
+    assert diff.n_tokens <= int(asm.limit * 0.35)
+    labels = {s.label: s for s in asm.segments}
+    assert "code (cursor)" in labels and "code (question)" in labels
+    assert not labels["repo map"].truncated
+
+
+def test_a_huge_pasted_selection_truncates_itself_and_the_map_stays(
+    gemma: LlamaVocabTokenizer,
+) -> None:
+    paste = "\n".join(f"row_{i} = [{', '.join(str(j) for j in range(12))}]" for i in range(400))
+    ident = dataclasses.replace(make_identity(gemma), n_ctx=3000)
+    asm = assemble(_inputs(selection=paste), gemma, ident, max_new_tokens=100)
+    user = asm.segment(SegmentKind.USER)
+    assert user is not None and user.truncated and "selection truncated" in user.text
+    assert "Question: Why?" in user.text
+    assert not asm.segment(SegmentKind.REPO_MAP).truncated  # type: ignore[union-attr]
+    assert {s.label for s in asm.segments} >= {"code (cursor)", "code (question)"}
