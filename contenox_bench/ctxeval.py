@@ -43,7 +43,7 @@ class ContextSplit:
     """How a budget beside the question is shared: the repo map gets ``map_share``; the code
     segments what is left after the map and the cursor context."""
 
-    map_share: float = 0.3
+    map_share: float = 0.2
 
     def split(self, budget: int, cursor_tokens: int, with_code: bool) -> tuple[int, CodeBudget]:
         if not with_code:
@@ -74,13 +74,15 @@ def workspace_of(task: Mapping[str, Any], base: Path, scratch: Path) -> Path:
 
 
 def _fixed_and_cursor(asm: Assembly) -> tuple[int, int]:
-    """Tokens of A–D plus the question part of I, and of I's part before the question."""
+    """Tokens of A–D plus the question part of I; and of where the user is (the code around
+    the cursor, I's part before the question)."""
     fixed_kinds = {SegmentKind.SYSTEM, SegmentKind.TOOLS, SegmentKind.POLICY,
                    SegmentKind.INSTRUCTIONS}
     fixed = sum(s.n_tokens for s in asm.segments if s.kind in fixed_kinds)
     user = asm.segment(SegmentKind.USER)
     assert user is not None
-    return fixed + user.n_tokens - asm.question_offset, asm.question_offset
+    cursor = sum(s.n_tokens for s in asm.segments if s.label == "cursor context")
+    return fixed + user.n_tokens - asm.question_offset, asm.question_offset + cursor
 
 
 def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],

@@ -26,7 +26,7 @@ MAX_LINE_CHARS = 300
 #: The search favours the files of this many of the cursor's best definitions.
 NEAR_FILES_FROM = 20
 #: Share of a code budget kept for the headers of definitions that did not fit whole.
-SIGNATURE_SHARE = 0.2
+SIGNATURE_SHARE = 0.1
 MAX_SIGNATURE_LINES = 8
 #: A long definition keeps its first lines (signature, docstring) ...
 HEAD_LINES = 8
@@ -40,7 +40,7 @@ class CodeBudget:
     rest (and what the cursor part left) for the question part."""
 
     tokens: int = 1536
-    cursor_share: float = 0.5
+    cursor_share: float = 0.35
 
     @property
     def cursor_tokens(self) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contextasm import render
-from contextasm.budget import Slot, Variant, fit, padding_for, total_tokens
+from contextasm.budget import Slot, Variant, fit, padding_for, region, total_tokens
 from contextasm.difftools import focus_order, parse_diff, render_units
 from contextasm.errors import ContextOverflowError, InvalidInputError, TokenizerMismatchError
 from contextasm.formats import PromptFormat, check_bos_policy, get_format
@@ -600,22 +600,26 @@ def _finish(
     stable_len = sum(len(v.tokens) for s, v in kept if s.kind in STABLE_KINDS)
     pad = padding_for(stable_len, block_size)
     last_stable = max((i for i, (s, _) in enumerate(kept) if s.kind in STABLE_KINDS), default=-1)
-    # The volatile segments (diff, outputs) are padded too, so the idle pre-prefill of
-    # everything before the user turn ends on a block boundary and is reused to its end.
-    volatile = [i for i, (s, _) in enumerate(kept)
-                if s.kind not in STABLE_KINDS and s.kind is not SegmentKind.USER
-                and not s.question_keyed]
+    # The volatile segments (diff, outputs) and then the cursor's code are padded too, each
+    # group on its own: the idle pre-prefill of everything before the question ends on a
+    # block boundary, and an ask without a cursor (no cursor code) still reuses the diff.
+    volatile = [i for i, (s, _) in enumerate(kept) if region(s) == 1]
     volatile_len = sum(len(kept[i][1].tokens) for i in volatile)
     pad_user = padding_for(stable_len + pad + volatile_len, block_size) if volatile_len else 0
     last_volatile = volatile[-1] if volatile else -1
-    newline = (builder.newline_token(),) if pad or pad_user else ()
+    cursor = [i for i, (s, _) in enumerate(kept) if region(s) == 2]
+    cursor_len = sum(len(kept[i][1].tokens) for i in cursor)
+    pad_cursor = (padding_for(stable_len + pad + volatile_len + pad_user + cursor_len, block_size)
+                  if cursor_len else 0)
+    last_cursor = cursor[-1] if cursor else -1
+    newline = (builder.newline_token(),) if pad or pad_user or pad_cursor else ()
 
     digest = identity.digest()
     hasher = PrefixHasher(digest)
     segments: list[Segment] = []
     tokens: list[int] = []
     for i, (slot, v) in enumerate(kept):
-        padding = pad if i == last_stable else pad_user if i == last_volatile else 0
+        padding = {last_stable: pad, last_volatile: pad_user, last_cursor: pad_cursor}.get(i, 0)
         seg_tokens = v.tokens + newline * padding
         hasher.update(seg_tokens)
         text = "".join(t for t, _ in v.pieces)

@@ -69,23 +69,29 @@ def padding_for(stable_len: int, block_size: int) -> int:
     return (-stable_len) % block_size if block_size > 1 else 0
 
 
+def region(slot: Slot) -> int:
+    """0 stable (A–F), 1 volatile (diff, outputs), 2 cursor-keyed code, 3 what depends on
+    the question (its code, the user turn). Each of 0–2 ends on a block boundary."""
+    if slot.kind in STABLE_KINDS:
+        return 0
+    if slot.kind is SegmentKind.USER or slot.question_keyed:
+        return 3
+    return 2 if slot.kind is SegmentKind.CODE else 1
+
+
 def total_tokens(
     slots: Sequence[Slot], block_size: int, override: tuple[int, int] | None = None
 ) -> int:
     """Prompt length with the slots' chosen variants (``override``: slot index → k to try)."""
-    stable = volatile = user = 0
+    sizes = [0, 0, 0, 0]
     for i, slot in enumerate(slots):
         k = override[1] if override is not None and override[0] == i else slot.k
         v = slot.variant(k)
-        n = len(v.tokens) if v is not None else 0
-        if slot.kind in STABLE_KINDS:
-            stable += n
-        elif slot.kind is SegmentKind.USER or slot.question_keyed:
-            user += n
-        else:
-            volatile += n
-    before_user = stable + padding_for(stable, block_size) + volatile
-    return before_user + padding_for(before_user, block_size) + user
+        sizes[region(slot)] += len(v.tokens) if v is not None else 0
+    total = sizes[0] + padding_for(sizes[0], block_size)
+    for n in sizes[1:3]:  # a group that is absent adds no padding
+        total += n + (padding_for(total + n, block_size) if n else 0)
+    return total + sizes[3]
 
 
 def fit(slots: Sequence[Slot], stages: Sequence[Sequence[int]], limit: int, block_size: int) -> int:

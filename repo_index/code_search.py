@@ -38,6 +38,7 @@ CURSOR_TERM_WEIGHT = 0.3
 RERANK_POOL = 100
 NEAR_FILE_BOOST = 1.5
 TEST_CODE_WEIGHT = 0.5
+STUB_WEIGHT = 0.3
 
 ReadText = Callable[[str], "str | None"]
 
@@ -236,6 +237,8 @@ class CodeFinder:
                 score *= NEAR_FILE_BOOST
             if is_test_path(p):
                 score *= TEST_CODE_WEIGHT
+            if p.endswith(".pyi"):
+                score *= STUB_WEIGHT  # a stub repeats a signature and holds no body
             scored.append((score, p, def_line))
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
         out = []

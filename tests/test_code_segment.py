@@ -205,8 +205,11 @@ def test_a_pinned_definition_is_not_repeated(workspace: Path, gemma: LlamaVocabT
     assert pinned == ((), ())
 
 
-def test_what_does_not_fit_whole_keeps_its_header(workspace: Path,
-                                                  gemma: LlamaVocabTokenizer) -> None:
+def test_what_does_not_fit_whole_keeps_its_header(workspace: Path, gemma: LlamaVocabTokenizer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from contenox_lsp import code_segment
+
+    monkeypatch.setattr(code_segment, "SIGNATURE_SHARE", 0.5)  # room for several headers
     finder = finder_for(workspace)
 
     def count(text: str) -> int:

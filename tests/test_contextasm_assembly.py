@@ -319,23 +319,25 @@ def test_stable_end_is_block_aligned_with_newline_padding(
     newline = gemma.tokenize("\n", special=False)
     assert list(last_stable.tokens[len(last_stable.tokens) - pad :]) == newline * pad
     assert asm.tokens[: plain.stable_end] == plain.tokens[: plain.stable_end]
-    # The volatile segments before what depends on the question are padded too: the idle
-    # pre-prefill ends on a block boundary (its last segment, the cursor's code, carries the
-    # padding); the question's code and the user turn follow unchanged.
+    # The volatile segments (diff, outputs) and then the cursor's code are padded too, each
+    # group on its own: the idle pre-prefill ends on a block boundary, and so does the diff
+    # whether or not cursor code follows it.
+    last_output = asm.segments_of(SegmentKind.DIAGNOSTICS)[-1]
+    first_code = asm.segments[last_output.index + 1]
+    assert first_code.label == "code (cursor)" and first_code.token_start % block_size == 0
     keyed = asm.question_keyed_start
     assert keyed is not None and keyed % block_size == 0
     after = next(seg for seg in asm.segments if seg.token_start == keyed)
     assert after.label == "code (question)"
     before = asm.segments[after.index - 1]
     assert before.label == "cursor context"
-    user_pad = before.padding
-    assert 0 <= user_pad < block_size
-    assert list(before.tokens[len(before.tokens) - user_pad :]) == newline * user_pad
-    assert asm.tokens[asm.stable_end : keyed - user_pad] == plain.tokens[
-        plain.stable_end : plain.question_keyed_start
-    ]
-    assert asm.tokens[keyed:] == plain.tokens[plain.question_keyed_start :]
-    assert sum(s.padding for s in asm.segments) == pad + user_pad
+    pads = [last_output.padding, before.padding]
+    for seg, n in zip((last_output, before), pads, strict=True):
+        assert 0 <= n < block_size
+        assert list(seg.tokens[len(seg.tokens) - n :]) == newline * n
+    unpadded = [t for seg in asm.segments for t in seg.tokens[: len(seg.tokens) - seg.padding]]
+    assert unpadded == plain.tokens
+    assert sum(s.padding for s in asm.segments) == pad + sum(pads)
     # An explicit argument overrides the identity's block size.
     assert build(gemma, ident, block_size=1).tokens == plain.tokens
 

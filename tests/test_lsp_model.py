@@ -112,6 +112,37 @@ async def test_body_edit_invalidates_diff_only_then_prefills_it(
     assert "repo map" not in status["lastInvalidated"]
 
 
+async def test_after_idle_only_the_question_and_its_code_are_new(
+    warm: LanguageClient, workspace: Path
+) -> None:
+    """Segment J's placement: where the last edit left the cursor, the idle prefill covers the
+    code the cursor's function uses and the code around the cursor; an ask there prefills
+    only the code its question found and the question."""
+    path = workspace / "json" / "decoder.py"
+    uri = path.as_uri()
+    text = path.read_text(encoding="utf-8")
+    line = text.splitlines(keepends=True).index(BODY_LINE)
+    change_doc(warm, uri, 3, [(line, 0, line, 0, "        _probe2 = len(s)  # edited\n")])
+    await wait_until(lambda: request(warm, "contenox/status", None),
+                     lambda st: st["state"] == "warm", timeout=300)
+    result = await _explain(warm, textDocument={"uri": uri},
+                            position={"line": line + 1, "character": 8},
+                            question="Why is the whitespace skipped before raw_decode?")
+    segs = _segments(result)
+    assert segs["code (cursor)"]["status"] == "cached"
+    assert segs["cursor context"]["status"] == "cached"
+    assert segs["code (question)"]["status"] == "new"
+    assert segs["user"]["status"] == "new"
+    assert segs["code (question)"]["cacheClass"] == "low"
+    assert segs["code (question)"]["invalidation"] == "question (lexical search)"
+    assert segs["code (cursor)"]["kind"] == "code"
+    order = [s["label"] for s in result["segments"]]
+    assert order.index("code (cursor)") < order.index("cursor context") \
+        < order.index("code (question)") < order.index("user")
+    new = result["newTokens"]
+    assert new == segs["code (question)"]["tokens"] + segs["user"]["tokens"]
+
+
 async def test_ask_streams_pieces_that_concatenate_to_the_text(warm: LanguageClient) -> None:
     token = "ask-stream-1"
     result = await request(warm, "contenox/ask", {

@@ -23,7 +23,7 @@ from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Reporter
 from contenox_lsp.runtime import Runtime
 from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
-from contextasm import Assembly
+from contextasm import Assembly, SegmentKind
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
 
@@ -125,8 +125,10 @@ async def test_an_ask_after_idle_prefill_prefills_only_the_question(runtime: Any
     m = out["metrics"]
     granularity = rt.worker.session.reuse_granularity if rt.worker.session else 1
     assert m["promptTokens"] == assembly.n_tokens
-    # Everything before the user turn was reused, up to the last partial reuse block.
-    assert m["reusedTokens"] >= assembly.user_start - granularity
+    # Everything before what depends on the question (the question's code, the user turn) was
+    # reused, up to the last partial reuse block.
+    assert assembly.segment(SegmentKind.CODE) is not None  # the question found code
+    assert m["reusedTokens"] >= assembly.question_start - granularity
     assert m["newTokens"] == m["promptTokens"] - m["reusedTokens"]
     assert m["decodeTokens"] > 0 and out["text"]
 
@@ -148,7 +150,8 @@ async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) 
     turn = turn_at(rt.roots(), decoder, "Why is this line here?",
                    text=editor.buffers[decoder], line=at + 1)
     assembly = await rt.assemble(turn, 8)
-    assert assembly.question_start - assembly.user_start > 64  # a real cursor context
+    cursor = next(s for s in assembly.segments if s.label == "cursor context")
+    assert cursor.n_tokens > 64 and cursor.token_end <= assembly.question_start  # warmed
     out = await rt.run_prompt(turn, 8)
     m = out["metrics"]
     granularity = rt.worker.session.reuse_granularity if rt.worker.session else 1
