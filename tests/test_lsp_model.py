@@ -144,6 +144,9 @@ async def test_after_idle_only_the_question_and_its_code_are_new(
 
 
 async def test_ask_streams_pieces_that_concatenate_to_the_text(warm: LanguageClient) -> None:
+    plan = await _explain(warm, question=QUESTION)
+    labels = [s["label"] for s in plan["segments"]]
+    warm_end = plan["segments"][labels.index("code (question)")]["tokenStart"]
     token = "ask-stream-1"
     result = await request(warm, "contenox/ask", {
         "question": QUESTION, "maxTokens": 16,
@@ -154,9 +157,9 @@ async def test_ask_streams_pieces_that_concatenate_to_the_text(warm: LanguageCli
     assert pieces
     assert "".join(pieces) == result["text"]
     m = result["metrics"]
-    # The warm prefix was reused: only the user turn was new.
-    assert m["reusedTokens"] > 0
-    assert m["newTokens"] < m["reusedTokens"]
+    # The warm prefix was reused: only the question's code and the user turn were new.
+    assert m["reusedTokens"] >= warm_end - plan["reuseGranularity"]
+    assert m["newTokens"] == m["promptTokens"] - m["reusedTokens"]
     assert m["decodeTokens"] >= 1
     assert set(m) >= {"reusedTokens", "newTokens", "prefillMs", "ttftMs", "decodeTokens",
                       "decodeTokensPerSecond"}
@@ -293,7 +296,12 @@ async def test_signature_edit_invalidates_the_repo_map(
     assert _segments(settled)["repo map"]["status"] == "cached"
 
 
-async def test_snapshot_save_list_load_clear(warm: LanguageClient) -> None:
+async def test_snapshot_save_list_load_clear(warm: LanguageClient, workspace: Path) -> None:
+    # An edit puts the cursor (and so the idle context's code segments) at a known place.
+    uri = (workspace / "json" / "decoder.py").as_uri()
+    state = await request(warm, "contenox/document", {"textDocument": {"uri": uri}})
+    line = state["text"].splitlines(keepends=True).index(BODY_LINE)
+    change_doc(warm, uri, state["version"] + 1, [(line, 0, line, 0, "        # probe\n")])
     await wait_warm(warm)
     assert (await request(warm, "contenox/snapshot", {"action": "clear"}))["removed"] >= 0
     assert (await request(warm, "contenox/snapshot", {"action": "list"}))["snapshots"] == []
@@ -306,7 +314,9 @@ async def test_snapshot_save_list_load_clear(warm: LanguageClient) -> None:
     loaded = await request(warm, "contenox/snapshot", {"action": "load"})
     assert loaded["loaded"] is True
     assert loaded["snapshot"]["prefixHash"] == info["prefixHash"]
-    explained = await _explain(warm)
+    # The saved prefix is the idle context's: the same cursor reuses all of it.
+    explained = await _explain(warm, textDocument={"uri": uri},
+                               position={"line": line + 1, "character": 0})
     assert explained["reusedTokens"] >= info["tokens"]
     assert (await request(warm, "contenox/snapshot", {"action": "clear"}))["removed"] == 1
     gone = await request(warm, "contenox/snapshot", {"action": "load"})
