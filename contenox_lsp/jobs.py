@@ -7,7 +7,7 @@ cancellation (by the client, by preemption, by shutdown) lands within one step.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contenox_lsp.progress import Reporter
@@ -95,7 +95,7 @@ def background_prefill(target: list[int], progress: Reporter | None
 
 
 def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
-           t0: float) -> DecodeStats:
+           t0: float, stop: Sequence[str] = ()) -> DecodeStats:
     """Stream up to ``max_tokens`` tokens; ``emit`` gets each text piece as it is decoded.
 
     ``ttft_ms`` is measured from ``t0`` (when the server received the request, so it includes
@@ -109,7 +109,7 @@ def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
         if piece:
             emit(piece)
 
-    result = drain(session.stream(max_tokens=max_tokens), on_piece)
+    result = drain(session.stream(max_tokens=max_tokens), on_piece, stop)
     t_end = time.perf_counter()
     return DecodeStats(
         text=result.text,

@@ -77,6 +77,9 @@ def explain_view(
         # Parked prefixes kept resident beside the live one (chat, completion), in tokens.
         "branches": {b.name: b.tokens for b in session.branches()},
         # The inline-completion prompt layout this model gets: "fim" or "prefix".
+        # chat formats for instruction models, "base" (a document to continue) without a
+        # chat template: the profile's prompt.format, "auto" resolved by the engine
+        "promptFormat": ident.prompt_format,
         "completionMode": choose_mode(session.profile.completion_mode, session.fim_tokens),
         "segments": segments,
         "dropped": [

@@ -29,7 +29,7 @@ from contenox_lsp.turn import (
     turn_at,
 )
 from contenox_lsp.views import TurnMetrics, explain_view
-from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain
+from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain, get_format
 from engine import EngineError, Session
 from engine.model_files import cache_dir
 from engine.results import drain
@@ -231,7 +231,8 @@ class WorkspaceTurn:
         self._record_rate(new_tokens, prefill_ms)
         t_decode = time.perf_counter()
 
-        gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece)
+        gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece,
+                    get_format(asm.identity.prompt_format).stop)
         ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
         metrics = TurnMetrics(
             promptTokens=asm.n_tokens,

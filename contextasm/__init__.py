@@ -30,7 +30,15 @@ from contextasm.explain import (
     explain,
     format_explain_table,
 )
-from contextasm.formats import BOS_POLICIES, PROMPT_FORMATS, PromptFormat, get_format
+from contextasm.formats import (
+    AUTO_FORMAT,
+    BOS_POLICIES,
+    PROMPT_FORMATS,
+    PromptFormat,
+    detect_prompt_format,
+    get_format,
+    resolve_prompt_format,
+)
 from contextasm.identity import ContextIdentity
 from contextasm.inputs import (
     OUTPUT_KINDS,
@@ -63,6 +71,7 @@ from contextasm.workspace import (
 )
 
 __all__ = [
+    "AUTO_FORMAT",
     "BOS_POLICIES",
     "DEFAULT_MARGIN",
     "DEFAULT_SYSTEM_PROMPT",
@@ -108,6 +117,7 @@ __all__ = [
     "cursor_context",
     "default_token_cache",
     "default_tool_schemas",
+    "detect_prompt_format",
     "explain",
     "file_text",
     "format_explain_table",
@@ -117,4 +127,5 @@ __all__ = [
     "load_repo_instructions",
     "load_system_prompt",
     "repo_map_from_index",
+    "resolve_prompt_format",
 ]

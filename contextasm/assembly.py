@@ -343,7 +343,8 @@ class _Builder:
             )
         ]
         for kind, label, inval, pieces in (
-            (SegmentKind.TOOLS, "tools", "tool schemas", render.tools(inp.tool_schemas)),
+            (SegmentKind.TOOLS, "tools", "tool schemas",
+             render.tools(inp.tool_schemas) if self.fmt.tools else ()),
             (SegmentKind.POLICY, "policy", "task policy", render.policy(inp.task_policy)),
             (
                 SegmentKind.INSTRUCTIONS,

@@ -23,10 +23,19 @@ class PromptFormat:
     open: str  # start of segment A, after BOS
     user_open: str  # start of segment I (closes the context turn, opens the user turn)
     close: str  # end of segment I (closes the user turn, opens the model's turn)
+    answer_cue: str = ""  # after the question: what a base model continues from
+    stop: tuple[str, ...] = ()  # text that ends the answer, besides the model's end token
+    tools: bool = True  # whether segment B's tool schemas mean anything to the model
 
 
 PROMPT_FORMATS: dict[str, PromptFormat] = {
     "raw": PromptFormat(name="raw", open="", user_open="", close=""),
+    # For a base model (no chat template): a document it continues. The question ends in an
+    # answer cue; the answer ends where the document would go on (a new question, a heading).
+    "base": PromptFormat(
+        name="base", open="", user_open="", close="", answer_cue="Answer:",
+        stop=("\nQuestion:", "\n# ", "\n\n\n"), tools=False,
+    ),
     "chatml": PromptFormat(
         name="chatml",
         open="<|im_start|>system\n",
@@ -50,6 +59,31 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
 }
 
 BOS_POLICIES = ("add", "none")
+
+#: The profile value that picks the format from the model's chat template.
+AUTO_FORMAT = "auto"
+
+# Marker text of each chat template family → its format (checked in order).
+_TEMPLATE_MARKERS = (
+    ("<start_of_turn>", "gemma"),
+    ("<|start_header_id|>", "llama3"),
+    ("<|im_start|>", "chatml"),
+)
+
+
+def detect_prompt_format(chat_template: str | None) -> str:
+    """The format for a model's chat template: its family's markers, or ``base`` when the
+    model has no template (a base model) or one of a family not known here."""
+    if chat_template:
+        for marker, name in _TEMPLATE_MARKERS:
+            if marker in chat_template:
+                return name
+    return "base"
+
+
+def resolve_prompt_format(configured: str, chat_template: str | None) -> str:
+    """``configured`` unless it is ``auto``; then ``detect_prompt_format``."""
+    return detect_prompt_format(chat_template) if configured == AUTO_FORMAT else configured
 
 
 def get_format(name: str) -> PromptFormat:

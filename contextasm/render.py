@@ -200,7 +200,7 @@ def user(
             sel = sel[:selection_lines]
         if sel:
             parts.append("Selected code:\n" + fenced("\n".join(sel)) + note + "\n")
-    question = "Question: " + normalize(turn.question) + "\n"
+    question = "Question: " + normalize(turn.question) + "\n" + fmt.answer_cue
     if fmt.close:
         question = question.rstrip("\n")  # the closing marker follows the text directly
     pieces: list[tuple[str, bool]] = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contextasm.formats import AUTO_FORMAT
 from contextasm.formats import BOS_POLICIES as _ASSEMBLER_BOS_POLICIES
 from contextasm.formats import PROMPT_FORMATS as _ASSEMBLER_FORMATS
 from engine.errors import ProfileError
@@ -24,7 +25,8 @@ from engine.errors import ProfileError
 EMBEDDED_MODEL = "embedded:gemma3-270m"
 
 #: The prompt formats and BOS policies are the assembler's (one list, in contextasm.formats).
-PROMPT_FORMATS = tuple(_ASSEMBLER_FORMATS)
+#: ``auto`` (the default) picks the format from the model's chat template (``base`` without).
+PROMPT_FORMATS = (AUTO_FORMAT, *_ASSEMBLER_FORMATS)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
@@ -219,7 +221,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "prompt",
         "format",
-        "gemma",
+        AUTO_FORMAT,
         _one_of(*PROMPT_FORMATS),
         " | ".join(PROMPT_FORMATS),
         "prompt format",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -31,7 +31,7 @@ class GenerateResult:
     decode_tokens: int
     decode_ms: float
     decode_tok_s: float
-    finish_reason: str  # "stop" (end of generation token), "length", "context_full"
+    finish_reason: str  # "stop" (end-of-generation token or stop text), "length", "context_full"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,15 +86,51 @@ class SessionMetrics:
 
 
 def drain(
-    stream: Generator[str, None, GenerateResult], on_piece: Callable[[str], None] | None = None
+    stream: Generator[str, bool | None, GenerateResult],
+    on_piece: Callable[[str], None] | None = None,
+    stop: Sequence[str] = (),
 ) -> GenerateResult:
     """Run a session's ``stream()`` to its end: each text piece goes to ``on_piece`` (if any)
-    as it is decoded; returns the stream's ``GenerateResult``."""
+    as it is decoded; returns the stream's ``GenerateResult``.
+
+    ``stop``: text that ends the answer (a prompt format's stop sequences). Text that could be
+    the start of one is held back until it is clearly not; when one appears, the text before
+    it is the answer, the stream is told to stop (``send(True)``: it ends within one token)
+    and the result says ``finish_reason="stop"``."""
+    stops = [s for s in stop if s]
+    held = ""
+    out: list[str] = []
+    keep = max((len(s) for s in stops), default=1) - 1
+    stopped = False
+
+    def emit(text: str) -> None:
+        if text:
+            out.append(text)
+            if on_piece is not None:
+                on_piece(text)
+
     while True:
         try:
-            piece = next(stream)
-        except StopIteration as stop:
-            result: GenerateResult = stop.value
-            return result
-        if on_piece is not None:
-            on_piece(piece)
+            piece = stream.send(True) if stopped else next(stream)
+        except StopIteration as end:
+            result: GenerateResult = end.value
+            if not stops:
+                return result
+            if not stopped:
+                emit(held)
+                return result
+            return replace(result, text="".join(out), finish_reason="stop")
+        if not stops:
+            if on_piece is not None:
+                on_piece(piece)
+            continue
+        if stopped:
+            continue  # a decoder tail after the stop: not part of the answer
+        held += piece
+        at = min((i for s in stops if (i := held.find(s)) >= 0), default=-1)
+        if at >= 0:
+            emit(held[:at])
+            held, stopped = "", True
+        elif len(held) > keep:
+            emit(held[: len(held) - keep])
+            held = held[len(held) - keep :]

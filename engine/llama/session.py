@@ -37,6 +37,7 @@ from typing import Any
 
 import llama_cpp
 
+from contextasm.formats import resolve_prompt_format
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
 from engine.errors import (
@@ -132,7 +133,7 @@ class LlamaSession(SessionBase):
             model_digest=model.model_digest,
             tokenizer_digest=model.tokenizer_digest,
             chat_template_digest=model.chat_template_digest,
-            prompt_format=profile.prompt_format,
+            prompt_format=resolve_prompt_format(profile.prompt_format, model.chat_template),
             bos_policy=profile.bos_policy,
             n_ctx=self.n_ctx,
             rope_freq_base=float(profile.get("context.rope_freq_base")),
@@ -504,7 +505,7 @@ class LlamaSession(SessionBase):
 
     # ----------------------------------------------------------------- generation
 
-    def stream(self, max_tokens: int = 256) -> Generator[str, None, GenerateResult]:
+    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
         """Yield text pieces as tokens are decoded; returns the ``GenerateResult``.
 
         ``generate`` runs this same loop; both stop within one token of ``cancel()``.
@@ -541,7 +542,9 @@ class LlamaSession(SessionBase):
                 piece = decoder.decode(self.token_piece(tok))
                 if piece:
                     pieces.append(piece)
-                    yield piece
+                    if (yield piece):  # the consumer saw a stop sequence (engine.results.drain)
+                        finish = "stop"
+                        break
                 if i == max_tokens - 1:
                     break  # no logits needed after the last token
                 if len(self._tokens) >= self.n_ctx:

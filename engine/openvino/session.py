@@ -35,6 +35,7 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from contextasm.formats import resolve_prompt_format
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
 from engine.errors import (
@@ -209,7 +210,8 @@ class OpenVinoSession(SessionBase):
             model_digest=facts["model_digest"],
             tokenizer_digest=self._tokenizer_digest,
             chat_template_digest="",
-            prompt_format=profile.prompt_format,
+            prompt_format=resolve_prompt_format(profile.prompt_format,
+                                                _chat_template(self._tokenizer)),
             bos_policy=profile.bos_policy,
             n_ctx=profile.n_ctx,
             rope_freq_base=0.0,
@@ -508,7 +510,7 @@ class OpenVinoSession(SessionBase):
 
     # ----------------------------------------------------------------- generation
 
-    def stream(self, max_tokens: int = 256) -> Generator[str, None, GenerateResult]:
+    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
         """Yield text pieces; returns the ``GenerateResult``. ``generate`` runs this loop."""
         with self._exclusive("stream"):
             if self._pipe is None or not self._tokens or self._first_token is None:
@@ -524,16 +526,18 @@ class OpenVinoSession(SessionBase):
             t_first = time.perf_counter()
             ttft_ms = (t_first - self._prefill_started) * 1000.0
             finish = "length"
+            stopped = False  # the consumer saw a stop sequence (engine.results.drain)
 
-            def pieces(tok: int) -> Iterator[str]:
-                nonlocal emitted
+            def pieces(tok: int) -> Generator[str, bool | None, None]:
+                nonlocal emitted, stopped
                 out_tokens.append(tok)
                 text = self.detokenize(out_tokens)
                 stable = text.rstrip("\ufffd")
                 if len(stable) > len(emitted) and stable.startswith(emitted):
                     piece = stable[len(emitted) :]
                     emitted = stable
-                    yield piece
+                    if (yield piece):
+                        stopped = True
 
             if first == self._eos:
                 finish = "stop"
@@ -541,7 +545,9 @@ class OpenVinoSession(SessionBase):
                 yield from pieces(first)
                 room = self.n_ctx - len(self._tokens) - 1
                 more = min(max_tokens - 1, room)
-                if max_tokens > 1 and room <= 0:
+                if stopped:
+                    finish = "stop"
+                elif max_tokens > 1 and room <= 0:
                     finish = "context_full"
                 elif more > 0:
                     prompt = [*self._tokens, first]
@@ -550,6 +556,9 @@ class OpenVinoSession(SessionBase):
                             finish = "stop"
                             break
                         yield from pieces(tok)
+                        if stopped:
+                            finish = "stop"
+                            break
                     if finish != "stop" and more < max_tokens - 1:
                         finish = "context_full"
             text = self.detokenize(out_tokens)
@@ -635,3 +644,11 @@ def _perf(handle: Any) -> dict[str, float]:
 
 
 __all__ = ["KV_BLOCK_SIZE", "OpenVinoSession", "resolve_model_dir"]
+
+
+def _chat_template(tokenizer: Any) -> str | None:
+    """The IR tokenizer's chat template, if it has one (an empty string when it has none)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None and hasattr(tokenizer, "get_chat_template"):
+        template = tokenizer.get_chat_template()
+    return template if isinstance(template, str) and template else None
