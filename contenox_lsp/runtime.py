@@ -34,6 +34,7 @@ from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
 from contextasm import Assembly, get_format
+from contextasm.render import answer_lead
 from engine import Session
 
 logger = logging.getLogger(__name__)
@@ -282,7 +283,8 @@ class Runtime:
             # Right after start-up the idle prefill may not have restored the stable prefix.
             await self.snapshots.restore(assembly, Priority.USER)
             tokens = list(assembly.tokens)
-            stop = get_format(assembly.identity.prompt_format).stop
+            fmt = get_format(assembly.identity.prompt_format)
+            lead = answer_lead(fmt, turn.question)
             loop = self.loop
 
             def emit(piece: str) -> None:
@@ -297,7 +299,7 @@ class Runtime:
                 stats = chunked_prefill(session, tokens, job, report)
                 if work is not None:
                     work.report(len(tokens), len(tokens), "generating")
-                return stats, decode(session, max_tokens, emit, t0, stop)
+                return stats, decode(session, max_tokens, emit, t0, fmt.stop, lead)
 
             stats, gen = await self.run_user_job(fn, "ask")
         finally:

@@ -30,6 +30,7 @@ from contenox_lsp.turn import (
 )
 from contenox_lsp.views import TurnMetrics, explain_view
 from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain, get_format
+from contextasm.render import answer_lead
 from engine import EngineError, Session
 from engine.model_files import cache_dir
 from engine.results import drain
@@ -231,8 +232,9 @@ class WorkspaceTurn:
         self._record_rate(new_tokens, prefill_ms)
         t_decode = time.perf_counter()
 
-        gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece,
-                    get_format(asm.identity.prompt_format).stop)
+        fmt = get_format(asm.identity.prompt_format)
+        gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece, fmt.stop,
+                    answer_lead(fmt, turn.question))
         ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
         metrics = TurnMetrics(
             promptTokens=asm.n_tokens,

@@ -34,7 +34,7 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
     # answer cue; the answer ends where the document would go on (a new question, a heading).
     "base": PromptFormat(
         name="base", open="", user_open="", close="", answer_cue="Answer:",
-        stop=("\nQuestion:", "\n# ", "\n\n\n"), tools=False,
+        stop=("\nQuestion:", "\nAnswer:", "\n# ", "\n```", "\n\n\n"), tools=False,
     ),
     "chatml": PromptFormat(
         name="chatml",

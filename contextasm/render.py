@@ -151,6 +151,18 @@ def output_label(entry: OutputEntry) -> str:
     return f"{OUTPUT_TITLES[entry.kind]} {entry.source}"
 
 
+_WHERE = re.compile(r"^\s*(where|in which|which (file|module|function|class|method))\b", re.I)
+
+
+def answer_lead(fmt: PromptFormat, question: str) -> str:
+    """The start of a base model's answer, given in the prompt after its answer cue: a
+    question that asks where gets ``In ` `` so the model goes on with a path (a small base
+    model left to itself rambles or copies the context). Empty for chat formats."""
+    if not fmt.answer_cue:
+        return ""
+    return "In `" if _WHERE.match(question) else ""
+
+
 def question_piece(pieces: Pieces) -> int:
     """The index of the question in ``user``'s pieces: the last one that is not a marker."""
     return max(i for i, (_, special) in enumerate(pieces) if not special)
@@ -201,6 +213,9 @@ def user(
         if sel:
             parts.append("Selected code:\n" + fenced("\n".join(sel)) + note + "\n")
     question = "Question: " + normalize(turn.question) + "\n" + fmt.answer_cue
+    lead = answer_lead(fmt, turn.question)
+    if lead:
+        question += " " + lead
     if fmt.close:
         question = question.rstrip("\n")  # the closing marker follows the text directly
     pieces: list[tuple[str, bool]] = []

@@ -89,6 +89,7 @@ def drain(
     stream: Generator[str, bool | None, GenerateResult],
     on_piece: Callable[[str], None] | None = None,
     stop: Sequence[str] = (),
+    lead: str = "",
 ) -> GenerateResult:
     """Run a session's ``stream()`` to its end: each text piece goes to ``on_piece`` (if any)
     as it is decoded; returns the stream's ``GenerateResult``.
@@ -96,34 +97,35 @@ def drain(
     ``stop``: text that ends the answer (a prompt format's stop sequences). Text that could be
     the start of one is held back until it is clearly not; when one appears, the text before
     it is the answer, the stream is told to stop (``send(True)``: it ends within one token)
-    and the result says ``finish_reason="stop"``."""
+    and the result says ``finish_reason="stop"``.
+
+    ``lead``: text the answer starts with that the prompt already holds (a base model's
+    answer cue, e.g. ``In `` before a file name); it goes out with the first piece and starts
+    the result's text."""
     stops = [s for s in stop if s]
-    held = ""
-    out: list[str] = []
     keep = max((len(s) for s in stops), default=1) - 1
+    out: list[str] = []
+    held = ""
     stopped = False
 
     def emit(text: str) -> None:
-        if text:
-            out.append(text)
-            if on_piece is not None:
-                on_piece(text)
+        if not text:
+            return
+        if not out:
+            text = lead + text
+        out.append(text)
+        if on_piece is not None:
+            on_piece(text)
 
     while True:
         try:
             piece = stream.send(True) if stopped else next(stream)
         except StopIteration as end:
             result: GenerateResult = end.value
-            if not stops:
-                return result
-            if not stopped:
-                emit(held)
-                return result
-            return replace(result, text="".join(out), finish_reason="stop")
-        if not stops:
-            if on_piece is not None:
-                on_piece(piece)
-            continue
+            emit(held)
+            text = "".join(out) or lead
+            return replace(result, text=text, finish_reason="stop" if stopped
+                           else result.finish_reason)
         if stopped:
             continue  # a decoder tail after the stop: not part of the answer
         held += piece
