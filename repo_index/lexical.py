@@ -7,7 +7,8 @@ collection statistics (document frequencies, lengths) are updated by subtracting
 and adding the new one, so an edit costs one file.
 
 Terms: identifiers are split into their snake_case/camelCase parts and also kept whole, all
-lowercased; keywords and very common words are dropped. A chunk's name terms count twice (the
+lowercased; keywords and very common words are dropped; parts are stemmed (Snowball English,
+``snowballstemmer``: "assembled" finds ``assemble``). A chunk's name terms count twice (the
 name says what a definition is about).
 """
 
@@ -19,6 +20,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+
+import snowballstemmer
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -29,6 +33,7 @@ _STOP = frozenset(
         "for", "and", "or", "is", "be", "it", "this", "that", "with", "by", "at", "from",
         "as", "are", "was", "when", "if", "not", "do", "does", "fix", "fixed", "fixes",
         "bug", "use", "using", "s", "t", "e", "i", "x", "args", "kwargs", "return",
+        "where", "what", "which", "who", "how", "why", "can", "should", "there", "here",
     }
 )  # fmt: skip
 
@@ -36,16 +41,30 @@ K1 = 1.2
 B = 0.75
 
 
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    return str(_STEMMER.stemWord(word))
+
+
 def terms(text: str) -> list[str]:
-    """The search terms of ``text`` (code or prose), in order, with repeats."""
+    """The search terms of ``text`` (code or prose), in order, with repeats: each identifier
+    whole, and its stemmed parts when it has several (or its stem when it has one)."""
     out: list[str] = []
     for word in _WORD.findall(text):
         low = word.lower()
         parts = [p.lower() for piece in word.split("_") for p in _CAMEL.findall(piece)]
         if low not in _STOP and len(low) > 1:
             out.append(low)
-        if len(parts) > 1:
-            out.extend(p for p in parts if p not in _STOP and len(p) > 1 and p != low)
+        words = parts if len(parts) > 1 else [low]
+        for p in words:
+            if p in _STOP or len(p) < 2:
+                continue
+            stem = _stem(p)
+            if stem != low:
+                out.append(stem)
     return out
 
 

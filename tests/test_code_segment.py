@@ -162,9 +162,9 @@ def test_lexical_index_update_equals_a_fresh_build() -> None:
     assert edited.search(query, 5) == fresh.search(query, 5)
     edited.remove_file("b.py")
     assert [k for _, k in edited.search(query, 5)] == [("a.py", 1)]
-    assert terms("parseConfig HTTPServer snake_case") == [
-        "parseconfig", "parse", "config", "httpserver", "http", "server", "snake_case",
-        "snake", "case"]
+    assert terms("parseConfig HTTPServer snake_case assembled") == [
+        "parseconfig", "pars", "config", "httpserver", "http", "server", "snake_case",
+        "snake", "case", "assembled", "assembl"]  # parts and single words stemmed
 
 
 # -- choosing within the budget ---------------------------------------------------------------
