@@ -156,11 +156,11 @@ _WHERE = re.compile(r"^\s*(where|in which|which (file|module|function|class|meth
 
 def answer_lead(fmt: PromptFormat, question: str) -> str:
     """The start of a base model's answer, given in the prompt after its answer cue: a
-    question that asks where gets ``In ` `` so the model goes on with a path (a small base
+    question that asks where gets ``See ` `` so the model goes on with a path (a small base
     model left to itself rambles or copies the context). Empty for chat formats."""
     if not fmt.answer_cue:
         return ""
-    return "In `" if _WHERE.match(question) else ""
+    return "See `" if _WHERE.match(question) else ""
 
 
 def question_piece(pieces: Pieces) -> int:
