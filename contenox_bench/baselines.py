@@ -46,7 +46,7 @@ def tokenize_with(model: BareModel) -> Tokenize:
 
 def _split_marker(text: str, marker: str, at_start: bool) -> tuple[str, str]:
     if not marker:
-        return "", text
+        return ("", text) if at_start else (text, "")
     if at_start and text.startswith(marker):
         return marker, text[len(marker):]
     if not at_start and text.endswith(marker):
@@ -57,16 +57,24 @@ def _split_marker(text: str, marker: str, at_start: bool) -> tuple[str, str]:
 def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open: str,
                    fmt_close: str, block_size: int = 1) -> list[int]:
     """The server's prompt: segments in order, markers special, content plain; with
-    ``block_size`` > 1 the stable region (BOS and segments A–F) and, when diff or output
-    segments follow it, everything before the user turn padded with newline tokens to a whole
-    number of blocks, as the assembler does (the padding is in no segment's text)."""
+    ``block_size`` > 1 each region the assembler pads (``contextasm.budget.region``: the
+    stable A–F, the diff and outputs, the cursor's code) ends with newline tokens on a whole
+    number of blocks (the padding is in no segment's text)."""
     out: list[int] = [] if bos is None else [bos]
     stable = {k.value for k in STABLE_KINDS}
-    last_stable = max((i for i, seg in enumerate(segments) if seg.get("kind") in stable),
-                      default=-1)
-    last_volatile = max((i for i, seg in enumerate(segments)
-                         if seg.get("kind") not in stable and seg.get("kind") != "user"),
-                        default=-1)
+
+    def region(seg: dict[str, Any]) -> int:
+        kind = seg.get("kind")
+        if kind in stable:
+            return 0
+        if kind == "user" or seg.get("label") == "code (question)":
+            return 3
+        return 2 if kind == "code" else 1
+
+    last = {r: max((i for i, seg in enumerate(segments) if region(seg) == r), default=-1)
+            for r in (0, 1, 2)}
+    last_stable = last[0]
+    pads = {i for i in last.values() if i >= 0}
     for i, seg in enumerate(segments):
         text = seg["text"]
         if i == 0:
@@ -77,7 +85,7 @@ def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open:
             out += tok(body, False) + (tok(marker, True) if marker else [])
         else:
             out += tok(text, False)
-        if i in (last_stable, last_volatile):
+        if i in pads or i == last_stable:
             out += tok("\n", False) * padding_for(len(out), block_size)
     return out
 
@@ -85,11 +93,15 @@ def contenox_order(segments: Segments, tok: Tokenize, bos: int | None, fmt_open:
 def editor_order(segments: Segments, question: str, tok: Tokenize, bos: int | None,
                  fmt_open: str, fmt_close: str) -> list[int]:
     """The same text, current file and cursor context first, then the other snippets."""
-    first, rest = segments[0]["text"], [s["text"] for s in segments[1:-1]]
+    middle = segments[1:-1]
+    first = segments[0]["text"]
+    rest = [s["text"] for s in middle if s.get("label") != "cursor context"]
+    cursor = "".join(s["text"] for s in middle if s.get("label") == "cursor context")
     marker, system_text = _split_marker(first, fmt_open, at_start=True)
     user_body, close = _split_marker(segments[-1]["text"], fmt_close, at_start=False)
     cut = user_body.find("Question: " + question.splitlines()[0])
     current, ask = (user_body[:cut], user_body[cut:]) if cut >= 0 else ("", user_body)
+    current += cursor
     out: list[int] = [] if bos is None else [bos]
     out += tok(marker, True) if marker else []
     for text in [current, system_text, *rest, ask]:

@@ -25,7 +25,7 @@ from engine.errors import ProfileError
 EMBEDDED_MODEL = "embedded:gemma3-270m"
 
 #: The prompt formats and BOS policies are the assembler's (one list, in contextasm.formats).
-#: ``auto`` (the default) picks the format from the model's chat template (``base`` without).
+#: ``auto`` picks the format from the model's chat template (``base`` when it has none).
 PROMPT_FORMATS = (AUTO_FORMAT, *_ASSEMBLER_FORMATS)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FLASH_ATTN = ("auto", "on", "off")
@@ -221,7 +221,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "prompt",
         "format",
-        AUTO_FORMAT,
+        "gemma",
         _one_of(*PROMPT_FORMATS),
         " | ".join(PROMPT_FORMATS),
         "prompt format",

@@ -4,6 +4,7 @@ the answer where the document would go on; instruction models keep their chat fo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,9 +47,12 @@ def test_the_format_follows_the_chat_template() -> None:
     assert resolve_prompt_format("chatml", None) == "chatml"  # the profile can force one
 
 
-def test_the_embedded_base_model_is_framed_as_a_document(llama_session: Any) -> None:
-    assert llama_session.profile.prompt_format == "auto"
-    assert llama_session.identity.prompt_format == "base"
+def test_the_embedded_base_model_is_framed_as_a_document(model_path: str) -> None:
+    """``prompt.format = "auto"`` on the embedded model (its GGUF has no chat template)."""
+    from engine.llama.model import vocab_chat_template
+
+    assert vocab_chat_template(Path(model_path)) is None
+    assert resolve_prompt_format("auto", vocab_chat_template(Path(model_path))) == "base"
 
 
 def test_base_framing_has_no_tools_and_ends_in_the_answer_cue(gemma: LlamaVocabTokenizer) -> None:

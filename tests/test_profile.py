@@ -53,7 +53,8 @@ def test_unknown_section_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "key", "allowed"),
     [
-        ('[prompt]\nformat = "alpaca"\n', "prompt.format", "raw | chatml | gemma | llama3"),
+        ('[prompt]\nformat = "alpaca"\n', "prompt.format",
+         "auto | raw | base | chatml | gemma | llama3"),
         ('[context]\ntype_k = "q3"\n', "context.type_k", "f16"),
         ("[context]\nn_ctx = -5\n", "context.n_ctx", ">= 64"),
         ('[context]\nswa_full = "yes"\n', "context.swa_full", "true | false"),

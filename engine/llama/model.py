@@ -147,6 +147,21 @@ def vocab_fim_tokens(path: Path) -> FimTokens | None:
         return fim_of(vocab)
 
 
+def vocab_chat_template(path: Path) -> str | None:
+    """The chat template in a GGUF file's metadata (weights are not loaded); None if none."""
+    _ensure_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelLoadError(f"llama.cpp could not read {path}", path=str(path))
+    try:
+        ptr = llama_cpp.llama_model_chat_template(model, None)
+        return ptr.decode("utf-8", errors="replace") if ptr else None
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
 def vocab_token_texts(path: Path, ids: list[int]) -> list[str]:
     with _vocab_only(path) as vocab:
         return [(llama_cpp.llama_vocab_get_text(vocab, i) or b"").decode("utf-8", "replace")

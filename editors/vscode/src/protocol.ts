@@ -97,6 +97,7 @@ export interface ExplainResult {
   reuseGranularity?: number;
   capabilities?: Capabilities;
   branches?: Record<string, number>;
+  promptFormat?: 'base' | 'gemma' | 'chatml' | 'llama3' | 'raw' | string;
   completionMode?: 'prefix' | 'fim' | string;
   segments: Segment[];
   dropped?: DroppedSegment[];
