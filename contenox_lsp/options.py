@@ -50,7 +50,7 @@ class ServerOptions:
     repo_map_tokens: int = 1024
     """Token budget of the repo-map segment."""
     code_tokens: int = 1536
-    """Token budget of the code segments (J): half at most for the definitions the cursor's
+    """Token budget of the code segments (J): 35% at most for the definitions the cursor's
     code uses, the rest for those matching the question."""
     max_tokens: int = 256
     """Default answer length for asks and code actions."""
