@@ -195,9 +195,10 @@ def code_inputs(
     cursor: list[Snippet] = []
     names: list[str] = []
     if path is not None and req.line is not None:
-        cursor = [s for s in finder.around_cursor(path, req.line - 1)
+        at = finder.cursor_names(path, req.line - 1)
+        names = at[1]
+        cursor = [s for s in finder.around_cursor(path, req.line - 1, at=at)
                   if not _pinned(s, req.pins)]
-        names = finder.cursor_names(path, req.line - 1)[1]
     cursor_focus = set(terms(" ".join(names)))
     cursor_code, used = _choose(cursor, budget.cursor_tokens, count, cursor_focus)
     if not req.question.strip():

@@ -160,9 +160,13 @@ class CodeFinder:
             start = skip_end + 1
         return out + self.index.references_in(path, start, chunk.end_line)
 
-    def around_cursor(self, path: str, line: int, limit: int = 40) -> list[Snippet]:
-        """Definitions the code at the cursor uses, one or two hops away, best first."""
-        here, names = self.cursor_names(path, line)
+    def around_cursor(
+        self, path: str, line: int, limit: int = 40,
+        at: tuple[Chunk | None, list[str]] | None = None,
+    ) -> list[Snippet]:
+        """Definitions the code at the cursor uses, one or two hops away, best first.
+        ``at``: ``cursor_names(path, line)`` when the caller has it already."""
+        here, names = at if at is not None else self.cursor_names(path, line)
         found: dict[tuple[str, int], tuple[float, Chunk, str]] = {}
         skip = {(path, here.def_line)} if here is not None else set()
         where = here.qualname if here is not None else f"line {line + 1}"
