@@ -25,6 +25,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _overhead(sections.get("runtime", {})),
         *_typing(sections.get("typing", {})),
         _restart(sections.get("restart", {})),
+        _remote(sections.get("remote", {})),
     ]
 
 
@@ -77,6 +78,19 @@ def _trace(trace: dict[str, Any]) -> dict[str, Any]:
                  f"b/d = {_f(r['b_over_d'])}", dict(r) | {"new_tokens": nr},
                  f"tokens prefilled at ask: a/c = {_f(nr.get('a_over_c'))}, "
                  f"a/d = {_f(nr.get('a_over_d'))}{on}")
+
+
+def _remote(sec: dict[str, Any]) -> dict[str, Any]:
+    text = "in-process cold prefill ≥ 0.95 × llama-server's tokens/s (same prompts, one run)"
+    if sec.get("status") != "ok":
+        return _not_measured("engine_vs_llama_server", text, sec)
+    cold = [r for r in sec["rows"] if r["name"].startswith("cold_prefill_")]
+    ratios = {r["name"]: r["engine_over_server"] for r in cold}
+    met = all(v is not None and v >= 0.95 for v in ratios.values()) if ratios else None
+    measured = "; ".join(f"{n.removeprefix('cold_prefill_')} tokens: {_f(v)}×"
+                         for n, v in ratios.items())
+    return _goal("engine_vs_llama_server", text, met, measured or "no cold row", ratios,
+                 note="server: the cached portable build (see the section's note)")
 
 
 def _restart(sec: dict[str, Any]) -> dict[str, Any]:

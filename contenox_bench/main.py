@@ -19,7 +19,8 @@ from typing import Any
 log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
-SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart")
+SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
+            "remote")
 
 
 def _have_matplotlib() -> bool:
@@ -67,6 +68,7 @@ def run_bench(args: argparse.Namespace) -> int:
         drift,
         goals,
         plots,
+        remote_bench,
         report,
         restart,
         runtime,
@@ -97,7 +99,8 @@ def run_bench(args: argparse.Namespace) -> int:
     progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
                         + backends.planned_units(cfg) + drift.planned_units(cfg)
-                        + typing_trace.planned_units(cfg) + restart.planned_units(cfg))
+                        + typing_trace.planned_units(cfg) + restart.planned_units(cfg)
+                        + remote_bench.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -166,6 +169,9 @@ def run_bench(args: argparse.Namespace) -> int:
             with open_session(profile) as session:
                 corpus = Corpus(session)
                 run_section("scaling", lambda: scaling.run(session, corpus, cfg, tmp, progress))
+                # The same session next to a llama-server on the same prompts (issue 18).
+                run_section("remote", lambda: remote_bench.run(session, corpus, cfg, tmp,
+                                                               progress))
             # Each backend loads the model in a child process of its own (peak memory).
             run_section("backends", lambda: backends.run(
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))

@@ -18,6 +18,10 @@ def bench_profile(
     if model:
         profile = profile.with_overrides({"model.path": model}, source="cli --model")
     overrides: dict[str, Any] = {"sampler.temperature": 0.0}  # warm == cold needs greedy
+    if profile.prompt_format == "auto":
+        # The trace's baselines rebuild prompts with the gemma markers; the embedded model
+        # reads them (it is Gemma's base model), and every section then measures one framing.
+        overrides["prompt.format"] = "gemma"
     if profile.n_ctx < n_ctx:
         overrides["context.n_ctx"] = n_ctx
     return profile.with_overrides(overrides, source="bench"), overrides

@@ -32,6 +32,9 @@ ERROR_NUMBERS: dict[str, int] = {
     "snapshot_store": -32025,
     "index_error": -32030,
     "engine_unavailable": -32040,
+    "remote_unavailable": -32041,  # the llama-server backend's server (docs/remote.md)
+    "remote_timeout": -32042,
+    "remote_error": -32043,
     "invalid_params": -32602,  # JSON-RPC InvalidParams: bad input, not a server fault
 }
 

@@ -102,3 +102,21 @@ class SnapshotIncompatibleError(EngineError):
 
     code = "snapshot_incompatible"
 
+
+
+class RemoteUnavailableError(EngineError):
+    """The inference server cannot be reached, or the connection broke mid-request."""
+
+    code = "remote_unavailable"
+
+
+class RemoteTimeoutError(EngineError):
+    """The inference server did not answer within the profile's ``remote.timeout_s``."""
+
+    code = "remote_timeout"
+
+
+class RemoteError(EngineError):
+    """The inference server answered with an error status or something unreadable."""
+
+    code = "remote_error"

@@ -31,7 +31,8 @@ KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
 BOS_POLICIES = _ASSEMBLER_BOS_POLICIES
-BACKENDS = ("llama", "openvino")
+BACKENDS = ("llama", "openvino", "llama-server")
+REMOTE_BACKENDS = ("llama-server",)
 COMPLETION_MODES = ("auto", "prefix", "fim")
 OV_DEVICES = ("CPU", "GPU", "NPU")
 OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")
@@ -221,7 +222,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "prompt",
         "format",
-        "gemma",
+        "auto",
         _one_of(*PROMPT_FORMATS),
         " | ".join(PROMPT_FORMATS),
         "prompt format",
@@ -393,6 +394,25 @@ FIELDS: tuple[FieldSpec, ...] = (
         "an integer >= 1",
         "xattention: stride of the importance estimate",
     ),
+    # [remote]: the llama-server backend (engine/remote/, docs/remote.md). The URL is part of
+    # the cache identity (another server holds other KV); the key and timeouts are not.
+    FieldSpec("remote", "url", "http://127.0.0.1:8080", _is_str, "an http(s) URL",
+              "llama-server base URL"),
+    FieldSpec("remote", "slot", 0, _int_range(0, 1023), "an integer 0..1023",
+              "the server slot this session owns (one per developer)"),
+    # llama-server reuses any common prefix, computed from wherever it diverges; with a chunk
+    # and the server's -ub equal to it, reuse stops at whole chunks: warm == cold, as
+    # cache.exact_reuse does in process (docs/remote.md).
+    FieldSpec("remote", "reuse_chunk", 0, _int_range(0, 4096), "an integer 0..4096",
+              "reuse whole chunks of this many tokens (= the server's -ub); 0 = the server's "
+              "own token-granular reuse"),
+    FieldSpec("remote", "api_key_env", "", _is_str,
+              "empty, or the name of an environment variable holding the server's API key",
+              "API key variable"),
+    FieldSpec("remote", "connect_timeout_s", 5.0, _float_range(0.1, 600.0), "a number 0.1..600",
+              "connect timeout, seconds"),
+    FieldSpec("remote", "timeout_s", 120.0, _float_range(1.0, 3600.0), "a number 1..3600",
+              "read timeout per request, seconds (a busy slot makes a request wait)"),
     # [completion]: inline completion at the cursor. Not part of the cache identity
     # (profile_id): they shape requests, not KV.
     FieldSpec(
@@ -417,7 +437,9 @@ FIELDS: tuple[FieldSpec, ...] = (
 #: Sections that configure requests, not the KV state: left out of ``profile_id``.
 NON_IDENTITY_SECTIONS = ("completion",)
 #: Single fields that change what the server does, not what any KV holds.
-NON_IDENTITY_KEYS = frozenset({"cache.auto_snapshots"})
+NON_IDENTITY_KEYS = frozenset({
+    "cache.auto_snapshots", "remote.api_key_env", "remote.connect_timeout_s", "remote.timeout_s",
+})
 
 _BY_SECTION: dict[str, dict[str, FieldSpec]] = {}
 for _spec in FIELDS:
@@ -500,9 +522,10 @@ class Profile:
     @property
     def profile_id(self) -> str:
         """Name plus a digest of every value: any profile change invalidates cache manifests."""
+        # [remote] means something only to the remote backend: other profiles keep their ids.
+        skip = (*NON_IDENTITY_SECTIONS, *(() if self.backend in REMOTE_BACKENDS else ("remote",)))
         keyed = {k: v for k, v in self.values.items()
-                 if k.split(".", 1)[0] not in NON_IDENTITY_SECTIONS
-                 and k not in NON_IDENTITY_KEYS}
+                 if k.split(".", 1)[0] not in skip and k not in NON_IDENTITY_KEYS}
         blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
         return f"{self.name}@{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 

@@ -106,6 +106,10 @@ def open_session(profile: Profile | None = None) -> Session:
         from engine.openvino.session import OpenVinoSession
 
         return OpenVinoSession.open(profile)
+    if profile.backend == "llama-server":
+        from engine.remote.llama_server import LlamaServerSession
+
+        return LlamaServerSession.open(profile)
     raise UnsupportedCapabilityError(
         f"backend {profile.backend!r} is not available in this build", backend=profile.backend
     )

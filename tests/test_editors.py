@@ -47,7 +47,13 @@ def _server_command() -> str:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["CONTENOX_LSP_COMMAND"] = _server_command()
+    # The suites test the plugins' plumbing (streaming into floats and panels, cancel, pins):
+    # they pin the chat framing, whose answers on the embedded model run long enough to stream
+    # and to cancel. The default (base framing: answers stop where the document would go on,
+    # sometimes after a token or two) is covered by tests/test_base_framing.py.
+    profile = tmp_path / "editor-tests-profile.toml"
+    profile.write_text('[prompt]\nformat = "gemma"\n', encoding="utf-8")
+    env["CONTENOX_LSP_COMMAND"] = f"{_server_command()} --profile {profile}"
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     # Keep Neovim's state, logs and caches out of the user's home.
     for var in ("XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):

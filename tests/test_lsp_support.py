@@ -28,6 +28,7 @@ SERVER_COMMAND = [sys.executable, "-m", "contenox_lsp"]
 FAST_OPTIONS: dict[str, Any] = {
     "debounceMs": 150,
     "repoMapTokens": 192,
+    "codeTokens": 384,  # small prompts keep the suite fast (the default is 1536)
     "maxTokens": 16,
     "logLevel": "info",
 }

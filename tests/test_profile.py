@@ -22,7 +22,7 @@ def test_default_profile_serves_embedded_gemma_with_full_swa() -> None:
     p = load_profile(None)
     assert p.model == "embedded:gemma3-270m"
     assert p.swa_full is True
-    assert p.prompt_format == "gemma"
+    assert p.prompt_format == "auto"  # the model has no chat template: base framing
     assert set(p.sources.values()) == {"default"}
 
 

@@ -46,6 +46,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _cli(root: Path, *args: str) -> dict[str, Any]:
     common = ("--workspace", str(root), "--file", str(root / "json" / "decoder.py"),
               "--line", str(LINE), "--map-tokens", str(FAST_OPTIONS["repoMapTokens"]),
+              "--code-tokens", str(FAST_OPTIONS["codeTokens"]),
               "--max-tokens", str(FAST_OPTIONS["maxTokens"]), "--json")
     out = subprocess.run([sys.executable, "-m", "contenox_lsp", *args, *common],
                          capture_output=True, text=True, env=server_env(root), timeout=600)

@@ -192,7 +192,7 @@ async function drive(page: any, port: number, workspace: string): Promise<void> 
   const rows = sidebar.locator('.monaco-list-row');
   await sidebar.locator('.monaco-list-row', { hasText: 'system' }).first().waitFor({ timeout: 240_000 });
   const labels: string[] = await rows.locator('.label-name').allInnerTexts();
-  for (const want of ['Total', 'system', 'tools', 'repo map', 'user']) {
+  for (const want of ['Total', 'system', 'repo map', 'user']) {
     assert.ok(labels.some((l) => l.trim() === want), `the Context view lists ${want}: ${JSON.stringify(labels)}`);
   }
   const descriptions: string[] = await rows.locator('.label-description').allInnerTexts();

@@ -1,0 +1,1 @@
+"""Remote backends: the engine seam on an inference server (``llama-server``)."""

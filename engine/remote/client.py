@@ -1,0 +1,152 @@
+"""HTTP to an inference server, with every failure mapped to a structured engine error.
+
+One ``httpx.Client`` per session (keep-alive on the loopback matters: a request costs ~1 ms
+instead of a TCP handshake). Every call has a timeout, so a stuck or vanished server ends as an
+error on the engine's worker thread, never as a hang of the language server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+from engine.errors import (
+    CancelledError,
+    ContextOverflowError,
+    RemoteError,
+    RemoteTimeoutError,
+    RemoteUnavailableError,
+)
+
+
+class ServerClient:
+    """JSON requests to one server (``base_url``), an optional bearer key from the environment."""
+
+    def __init__(self, base_url: str, *, api_key_env: str = "", connect_timeout_s: float = 5.0,
+                 timeout_s: float = 120.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Content-Type": "application/json"}
+        if api_key_env:
+            key = os.environ.get(api_key_env, "")
+            if not key:
+                raise RemoteUnavailableError(
+                    f"remote.api_key_env names {api_key_env!r}, which is not set in the "
+                    "environment", url=self.base_url, api_key_env=api_key_env,
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(self, path: str) -> Any:
+        return self._call("GET", path, None)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._call("POST", path, body)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path) from None
+        if response.status_code >= 400:
+            raise self._status_error(response.status_code, response.text, path)
+        try:
+            return response.json()
+        except ValueError:
+            raise RemoteError(
+                f"{self.base_url}{path} answered with something that is not JSON",
+                url=self.base_url, path=path, status=response.status_code,
+            ) from None
+
+    def events(self, path: str, body: dict[str, Any],
+               cancelled: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        """POST ``body`` and yield the server-sent events' JSON objects as they arrive.
+
+        ``cancelled`` is polled between events; when it says so the stream is closed (the server
+        stops the request when its client goes away) and ``CancelledError`` is raised. Leaving
+        the iterator early closes the stream too."""
+        try:
+            # Connection: close — llama-server may drop a connection after an event stream;
+            # one reused from the pool afterwards fails as "disconnected" on the next request.
+            with self._http.stream("POST", path, json=body,
+                                   headers={"Connection": "close"}) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self._status_error(response.status_code, response.text, path)
+                for line in response.iter_lines():
+                    if cancelled():
+                        raise CancelledError("remote request cancelled", stage=path)
+                    if not line.startswith("data: "):
+                        continue  # blank separators, comments
+                    payload = line[len("data: "):]
+                    if payload.strip() == "[DONE]":
+                        return
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        raise RemoteError(
+                            f"{self.base_url}{path} sent an event that is not JSON",
+                            url=self.base_url, path=path,
+                        ) from None
+                    if isinstance(event, dict) and "error" in event:
+                        err = event["error"]
+                        raise self._status_error(
+                            int(err.get("code", 500)) if isinstance(err, dict) else 500,
+                            json.dumps(event), path,
+                        )
+                    yield event
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path) from None
+
+    def _transport_error(self, exc: httpx.HTTPError, path: str) -> Exception:
+        if isinstance(exc, httpx.TimeoutException):
+            return RemoteTimeoutError(
+                f"{self.base_url}{path} did not answer in time ({type(exc).__name__}); the "
+                "server may be overloaded, or its slot busy with another client's request",
+                url=self.base_url, path=path, reason=type(exc).__name__,
+            )
+        if isinstance(exc, httpx.ConnectError):
+            return RemoteUnavailableError(
+                f"cannot reach the inference server at {self.base_url}: {exc}",
+                url=self.base_url, path=path,
+            )
+        return RemoteUnavailableError(
+            f"the connection to {self.base_url} broke during {path}: {exc}",
+            url=self.base_url, path=path, reason=type(exc).__name__,
+        )
+
+    def _status_error(self, status: int, text: str, path: str) -> Exception:
+        message, kind = _server_message(text)
+        if kind == "exceed_context_size_error":
+            return ContextOverflowError(
+                f"the server's context is too small for this prompt: {message}",
+                url=self.base_url, status=status,
+            )
+        hint = {401: " (check remote.api_key_env)", 404: " (is this a llama-server?)",
+                503: " (the server is loading its model or has no free slot)"}.get(status, "")
+        return RemoteError(
+            f"{self.base_url}{path} answered HTTP {status}: {message}{hint}",
+            url=self.base_url, path=path, status=status, type=kind,
+        )
+
+
+def _server_message(text: str) -> tuple[str, str]:
+    """The message and type of an error body (llama-server: ``{"error": {code, message,
+    type}}``); the raw text, shortened, when it is not that shape."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text.strip()[:300] or "(no body)", ""
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message", ""))[:300], str(err.get("type", ""))
+    return text.strip()[:300], ""

@@ -1,0 +1,527 @@
+"""The ``llama-server`` backend of the engine seam: one slot of a (shared) llama.cpp server.
+
+The assembler's token ids go to ``POST /completion`` as the prompt (never text: the server
+would tokenize text its own way), with ``cache_prompt: true`` and a pinned ``id_slot``, so the
+slot keeps the previous prompt's KV and reuses its longest common prefix. What the server
+really reused comes back in every response (``timings.cache_n`` tokens taken from the slot,
+``timings.prompt_n`` computed), and that is what ``PrefillResult`` reports: a prefix the
+session expected to be resident but the server did not have (it restarted, another client used
+the slot) is a reported miss, never a silent one.
+
+- ``prefill`` is an ``n_predict: 0`` request (the idle pre-prefill); ``stream`` sends the same
+  prompt again with ``n_predict`` set, so the server re-evaluates only the last prompt token.
+- Cancelling closes the stream; prompt progress events (``return_progress``) arrive once per
+  server batch, so a cancelled prefill stops within one batch.
+- Tokenization is the server's own vocabulary (``/tokenize`` with special-token parsing as
+  asked, ``/detokenize``), memoised per text.
+- Identity: ``/props`` and ``/v1/models`` (model path, size, parameter count, vocabulary,
+  build, the slot's context). It is read again before every prefill: a server restarted with
+  another model or build is an identity miss.
+
+Not available, reported in ``capabilities`` and raised as ``UnsupportedCapabilityError``:
+snapshots and parked branches (the slot is the one sequence this session owns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Generator, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from contextasm.formats import resolve_prompt_format
+from contextasm.identity import ContextIdentity
+from contextasm.manifest import common_prefix_length
+from engine.errors import (
+    CancelledError,
+    InvalidBatchError,
+    InvalidSessionStateError,
+    ProfileMismatchError,
+    RemoteError,
+    UnsupportedCapabilityError,
+)
+from engine.fim import KNOWN_FIM_TEXTS, FimTokens
+from engine.profile import Profile
+from engine.remote.client import ServerClient
+from engine.results import (
+    BranchInfo,
+    GenerateResult,
+    PrefillResult,
+    SessionMetrics,
+    SnapshotResult,
+    drain,
+)
+from engine.session_base import SessionBase, check_prompt
+
+log = logging.getLogger(__name__)
+
+
+#: What llama-server reports as its chat template when the model's GGUF has none (llama.cpp
+#: ``common/chat.cpp`` CHATML_TEMPLATE_SRC): read as "no template", as the in-process engine does.
+SERVER_FALLBACK_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\n' -}}\n"
+    "{%- endif -%}"
+)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def _model_template(reported: str) -> str:
+    return "" if reported == SERVER_FALLBACK_TEMPLATE else reported
+
+
+class LlamaServerSession(SessionBase):
+    """One slot of a llama-server behind the engine session seam."""
+
+    backend = "llama-server"
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__()
+        self.profile = profile
+        get = profile.get
+        self._slot = int(get("remote.slot"))
+        self._client = ServerClient(
+            str(get("remote.url")), api_key_env=str(get("remote.api_key_env")),
+            connect_timeout_s=float(get("remote.connect_timeout_s")),
+            timeout_s=float(get("remote.timeout_s")),
+        )
+        self._cancel = threading.Event()
+        self._tokens: list[int] = []
+        # What the slot holds as far as this session knows (prompt + generated tokens); None
+        # after a failure: unknown, so the next prefill assumes the worst.
+        self._slot_tokens: list[int] | None = []
+        self._chunk = int(get("remote.reuse_chunk"))
+        self._resident_identity: ContextIdentity | None = None
+        self._prefill_started = 0.0
+        self._cold_next = False
+        self.metrics = SessionMetrics()
+        self.metrics.extra["reuse_accounting"] = (
+            "server-reported: timings.cache_n (reused from the slot) and timings.prompt_n "
+            "(computed) of each request"
+        )
+        try:
+            self._facts = self._read_facts()
+            self._tokenize_cached = lru_cache(maxsize=4096)(self._tokenize_remote)
+            self._bos = self._single_token(self._facts["bos_token"])
+            self._eos = self._single_token(self._facts["eos_token"])
+            self._fim = self._find_fim()
+            self.identity = self._identity(self._facts)
+        except Exception:
+            self._client.close()
+            raise
+
+    @classmethod
+    def open(cls, profile: Profile) -> LlamaServerSession:
+        return cls(profile)
+
+    # ----------------------------------------------------------------- server facts
+
+    def _read_facts(self) -> dict[str, Any]:
+        """What identifies the server's model and build, and what this session needs of it;
+        a server whose slot context or slot count does not fit the profile is refused."""
+        props = self._client.get("/props")
+        models = self._client.get("/v1/models")
+        try:
+            meta = models["data"][0]["meta"]
+            slot_ctx = int(props["default_generation_settings"]["n_ctx"])
+            facts: dict[str, Any] = {
+                "model_path": str(props.get("model_path", "")),
+                "build_info": str(props.get("build_info", "")),
+                "total_slots": int(props.get("total_slots", 1)),
+                "chat_template": _model_template(str(props.get("chat_template", ""))),
+                "bos_token": str(props.get("bos_token", "")),
+                "eos_token": str(props.get("eos_token", "")),
+                "n_ctx": slot_ctx,
+                "n_vocab": int(meta["n_vocab"]),
+                "vocab_type": int(meta.get("vocab_type", -1)),
+                "n_params": int(meta.get("n_params", 0)),
+                "size": int(meta.get("size", 0)),
+                "ftype": str(meta.get("ftype", "")),
+            }
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise RemoteError(
+                f"{self._client.base_url} does not look like a llama-server (/props, "
+                f"/v1/models lack {exc})", url=self._client.base_url,
+            ) from None
+        if facts["n_ctx"] < self.profile.n_ctx:
+            raise ProfileMismatchError(
+                f"the server's slots hold {facts['n_ctx']} tokens, the profile's context.n_ctx "
+                f"is {self.profile.n_ctx}: start llama-server with -c (n_ctx × slots) or lower "
+                "context.n_ctx", server_n_ctx=facts["n_ctx"], n_ctx=self.profile.n_ctx,
+            )
+        if self._slot >= facts["total_slots"]:
+            raise ProfileMismatchError(
+                f"remote.slot = {self._slot}, but the server has {facts['total_slots']} slot(s) "
+                "(start it with -np N)", slot=self._slot, total_slots=facts["total_slots"],
+            )
+        return facts
+
+    def _identity(self, facts: dict[str, Any]) -> ContextIdentity:
+        model = {k: facts[k] for k in ("model_path", "n_params", "size", "ftype", "n_vocab")}
+        vocab = {k: facts[k] for k in ("n_vocab", "vocab_type", "bos_token", "eos_token")}
+        template = facts["chat_template"]
+        block = self.profile.block_size
+        return ContextIdentity(
+            profile_id=self.profile.profile_id,
+            backend=self.backend,
+            backend_version=facts["build_info"],
+            model_digest=_digest(model),
+            tokenizer_digest=_digest(vocab),
+            chat_template_digest=hashlib.sha256(template.encode()).hexdigest() if template else "",
+            prompt_format=resolve_prompt_format(self.profile.prompt_format, template or None),
+            bos_policy=self.profile.bos_policy,
+            n_ctx=self.profile.n_ctx,
+            # The server's KV and attention settings are its command line's; /props does not
+            # report them. The server's model and build are in the fields above.
+            rope_freq_base=0.0,
+            rope_freq_scale=0.0,
+            rope_scaling_type="server",
+            type_k="server",
+            type_v="server",
+            flash_attn="server",
+            swa_full=True,
+            block_size=block,
+        )
+
+    def _single_token(self, text: str) -> int | None:
+        if not text:
+            return None
+        ids = self._tokenize_cached(text, True)
+        return ids[0] if len(ids) == 1 else None
+
+    def _find_fim(self) -> FimTokens | None:
+        for texts in KNOWN_FIM_TEXTS:
+            ids = [self._single_token(t) for t in texts]
+            if all(i is not None for i in ids):
+                pre, suf, mid = (int(i) for i in ids if i is not None)
+                return FimTokens(pre, suf, mid)
+        return None
+
+    # ----------------------------------------------------------------- seam facts
+
+    @property
+    def n_ctx(self) -> int:
+        return self.profile.n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._facts["n_vocab"])
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._bos
+
+    @property
+    def tokenizer_digest(self) -> str:
+        return self.identity.tokenizer_digest
+
+    @property
+    def model_path(self) -> str:
+        return str(self._facts["model_path"])
+
+    @property
+    def model_description(self) -> str:
+        name = Path(self._facts["model_path"]).name or "model"
+        return f"{name} on llama-server {self._client.base_url} (slot {self._slot})"
+
+    @property
+    def reuse_granularity(self) -> int:
+        # remote.reuse_chunk: whole chunks only (warm == cold); else any common prefix.
+        return max(1, self._chunk)
+
+    @property
+    def reusable_resident(self) -> int:
+        """With chunked reuse, the resident prompt's tokens that were computed in whole
+        chunks; the partial last chunk and generated tokens are computed again."""
+        if self._chunk <= 0:
+            return len(self._tokens)
+        return len(self._tokens) // self._chunk * self._chunk
+
+    @property
+    def capabilities(self) -> dict[str, bool]:
+        return {"snapshots": False, "branches": False, "cancel": True, "prefix_reuse": True}
+
+    @property
+    def fim_tokens(self) -> FimTokens | None:
+        return self._fim
+
+    @property
+    def server_facts(self) -> dict[str, Any]:
+        """The server's model, build and slots as read at the last identity check."""
+        return {k: v for k, v in self._facts.items() if k != "chat_template"}
+
+    # ----------------------------------------------------------------- tokens
+
+    def _tokenize_remote(self, text: str, special: bool) -> list[int]:
+        doc = self._client.post(
+            "/tokenize", {"content": text, "add_special": False, "parse_special": special}
+        )
+        return [int(t) for t in doc["tokens"]]
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        out = list(self._tokenize_cached(text, special)) if text else []
+        if add_bos and self._bos is not None:
+            out.insert(0, self._bos)
+        return out
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        if not tokens:
+            return ""
+        toks = [int(t) for t in tokens]
+        if not special:
+            toks = [t for t in toks if t not in (self._bos, self._eos)]
+        doc = self._client.post("/detokenize", {"tokens": toks})
+        return str(doc.get("content", ""))
+
+    # ----------------------------------------------------------------- requests
+
+    def cancel(self) -> None:
+        """Thread-safe: the running request's stream is closed at its next event."""
+        self._cancel.set()
+
+    def _body(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
+              ) -> dict[str, Any]:
+        get = self.profile.get
+        return {
+            "prompt": list(tokens),
+            "n_predict": n_predict,
+            "cache_prompt": cache and not self._cold_next,
+            "id_slot": self._slot,
+            "stream": True,
+            "return_progress": True,
+            "return_tokens": True,
+            "temperature": float(get("sampler.temperature")),
+            "top_k": int(get("sampler.top_k")),
+            "top_p": float(get("sampler.top_p")),
+            "min_p": float(get("sampler.min_p")),
+            "repeat_penalty": float(get("sampler.repeat_penalty")),
+            "seed": int(get("context.seed")),
+        }
+
+    def _check_identity(self, ident: ContextIdentity) -> str | None:
+        """Re-read the server's facts; a changed model or build is a reported miss."""
+        facts = self._read_facts()
+        if facts != self._facts:
+            fresh = self._identity(facts)
+            changed = self.identity.first_mismatch(fresh)
+            self._facts, self.identity = facts, fresh
+            self._tokenize_cached.cache_clear()
+            self._tokens = []
+            self._slot_tokens = None
+            if changed is not None:
+                return f"the server changed (identity field '{changed}'): nothing reused"
+        if self._resident_identity is not None and self._resident_identity != ident:
+            field = self._resident_identity.first_mismatch(ident)
+            self._tokens = []
+            return f"identity field '{field}' changed: the slot's prefix is not reused"
+        return None
+
+    def prefill(
+        self, tokens: Sequence[int], identity: ContextIdentity | None = None
+    ) -> PrefillResult:
+        """Make ``tokens`` the slot's prompt (an ``n_predict: 0`` request) and report what the
+        server reused."""
+        with self._exclusive("prefill"):
+            self._cancel.clear()
+            t0 = time.perf_counter()
+            self._prefill_started = t0
+            toks = check_prompt(tokens, self.n_vocab, self.n_ctx)
+            ident = identity or self.identity
+            reason = self._check_identity(ident)
+            keep = self._reusable(toks)
+            cache = self._align_slot(toks, keep)
+            self._tokens = []  # until the server confirms, nothing is known to be resident
+            self._slot_tokens = None
+            final, generated = self._final_event(self._client.events(
+                "/completion", self._body(toks, 0, cache=cache), self._cancel.is_set),
+                stage="prefill")
+            self._cold_next = False
+            timings = final.get("timings", {})
+            reused = int(timings.get("cache_n", 0))
+            computed = int(timings.get("prompt_n", len(toks) - reused))
+            if reason is None and reused < keep:
+                reason = (
+                    f"the server's slot {self._slot} held {reused} of the {keep} tokens this "
+                    "session left there (the server restarted, or another client used the slot)"
+                )
+            self._tokens = toks
+            self._slot_tokens = [*toks, *generated]
+            self._resident_identity = ident
+            self.metrics.extra["last_server_timings"] = timings
+            return self.metrics.record_prefill(PrefillResult(
+                reused_tokens=reused, new_tokens=computed, prefill_ms=_ms(t0),
+                total_tokens=len(toks), miss_reason=reason,
+            ))
+
+    def _reusable(self, toks: Sequence[int]) -> int:
+        """How many leading tokens of ``toks`` this prefill may take from the slot: the common
+        prefix with the last prompt, never its last token, and with ``remote.reuse_chunk``
+        only whole chunks that were computed as whole chunks."""
+        n = min(common_prefix_length(self._tokens, toks), self.reusable_resident, len(toks) - 1)
+        return n // self.reuse_granularity * self.reuse_granularity
+
+    def _align_slot(self, toks: Sequence[int], keep: int) -> bool:
+        """Make the server reuse exactly ``keep`` tokens (chunked reuse only); returns whether
+        the prompt request may use the slot's cache at all.
+
+        llama-server reuses the whole common prefix it finds, so a prompt that matches the slot
+        past ``keep`` would be computed from a position inside a chunk, in a micro-batch a cold
+        run never forms (the rounding differs, engine/README.md). A one-token request that
+        agrees with ``toks`` up to ``keep`` and differs at ``keep`` cuts the slot there first."""
+        if self._chunk <= 0:
+            return True
+        slot = self._slot_tokens
+        held = len(toks) if slot is None else common_prefix_length(slot, toks)
+        if held <= keep:
+            return True
+        if keep == 0:
+            return False  # recompute everything: cache_prompt off for this request
+        marker = toks[keep] + 1 if toks[keep] + 1 < self.n_vocab else toks[keep] - 1
+        self._final_event(self._client.events(
+            "/completion", self._body([*toks[:keep], marker], 0), self._cancel.is_set),
+            stage="prefill")
+        return True
+
+    def _final_event(self, events: Any, stage: str) -> tuple[dict[str, Any], list[int]]:
+        """Run a request's events to the end: its final event and the tokens it generated."""
+        final: dict[str, Any] = {}
+        generated: list[int] = []
+        try:
+            for event in events:
+                generated.extend(int(t) for t in event.get("tokens", []))
+                if event.get("stop"):
+                    final = event
+        except CancelledError as exc:
+            exc.data.update(stage=stage, committed_tokens=0)
+            raise
+        return final, generated
+
+    def reset(self) -> None:
+        """A cold session: the next request recomputes its whole prompt (``cache_prompt``
+        off), whatever the slot holds."""
+        with self._exclusive("reset"):
+            self._tokens = []
+            self._slot_tokens = None
+            self._resident_identity = None
+            self._cold_next = True
+
+    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
+        """Yield text pieces as the server streams them; returns the ``GenerateResult``."""
+        with self._exclusive("stream"):
+            if not self._tokens:
+                raise InvalidSessionStateError(
+                    "generate/stream needs a successful prefill() first", resident=0
+                )
+            if max_tokens < 1:
+                raise InvalidBatchError("max_tokens must be >= 1", max_tokens=max_tokens)
+            self._cancel.clear()
+            room = self.n_ctx - len(self._tokens)
+            n_predict = min(max_tokens, room)
+            out_tokens: list[int] = []
+            t_first = 0.0
+            ttft_ms = 0.0
+            finish = "length"
+            events = self._client.events(
+                "/completion", self._body(self._tokens, n_predict), self._cancel.is_set)
+            self._slot_tokens = None  # unknown until the stream ends
+            try:
+                for event in events:
+                    if "prompt_progress" in event and not event.get("content"):
+                        continue
+                    piece = str(event.get("content", ""))
+                    toks = [int(t) for t in event.get("tokens", [])]
+                    if toks and not out_tokens:
+                        t_first = time.perf_counter()
+                        ttft_ms = (t_first - self._prefill_started) * 1000.0
+                    out_tokens.extend(toks)
+                    if event.get("stop"):
+                        stop_type = str(event.get("stop_type", ""))
+                        finish = "stop" if stop_type in ("eos", "word") else "length"
+                        if stop_type == "limit" and n_predict < max_tokens:
+                            finish = "context_full"
+                        self.metrics.extra["last_server_timings"] = event.get("timings", {})
+                    if piece and (yield piece):
+                        finish = "stop"  # the consumer saw a stop text: close the stream
+                        break
+            except CancelledError as exc:
+                exc.data.update(stage="decode", decoded_tokens=len(out_tokens))
+                raise
+            finally:
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+            self._slot_tokens = [*self._tokens, *out_tokens]
+            decode_ms = (time.perf_counter() - t_first) * 1000.0 if t_first else 0.0
+            n = len(out_tokens)
+            result = GenerateResult(
+                tokens=out_tokens,
+                text=self.detokenize(out_tokens),
+                ttft_ms=ttft_ms,
+                decode_tokens=n,
+                decode_ms=decode_ms,
+                decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
+                finish_reason=finish,
+            )
+            return self.metrics.record_generate(result)
+
+    def generate(self, max_tokens: int = 256) -> GenerateResult:
+        return drain(self.stream(max_tokens=max_tokens))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> LlamaServerSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- unsupported
+
+    def _unsupported(self, capability: str) -> UnsupportedCapabilityError:
+        return UnsupportedCapabilityError(
+            f"the llama-server backend does not support {capability}: the session owns one "
+            "server slot, whose cached prompt keeps the prefix warm",
+            capability=capability, backend=self.backend,
+        )
+
+    def save_snapshot(self, path: str | Path) -> SnapshotResult:
+        raise self._unsupported("snapshots")
+
+    def load_snapshot(
+        self, path: str | Path, expect_prefix: Sequence[int] | None = None
+    ) -> SnapshotResult:
+        raise self._unsupported("snapshots")
+
+    def branch_save(self, name: str) -> BranchInfo:
+        raise self._unsupported("branches")
+
+    def branch_restore(self, name: str) -> BranchInfo:
+        raise self._unsupported("branches")
+
+    def branch_drop(self, name: str) -> None:
+        raise self._unsupported("branches")
+
+    def branches(self) -> list[BranchInfo]:
+        return []
+
+    def warm_prefix(self, tokens: Sequence[int]) -> int:
+        return self._live_warm_prefix(tokens, self.identity, 1)
+
+
+__all__ = ["LlamaServerSession"]
