@@ -3,16 +3,19 @@ vendors (same commit as the in-process engine), cached, and started on the loopb
 
 ``python -m contenox_bench.llama_server build`` (what ``.ci/run`` calls) builds the
 ``llama-server`` target from the installed llama-cpp-python version's source distribution
-(``vendor/llama.cpp``) into the cache, keyed by that version, unless it is there already. The
-build is portable (AVX2, no ``-march=native``) so a cache made on one CPU runs on the others
-CI machines have, and leaves the weight-repacking and llamafile kernels out, whose rounding
-depends on the batch split (engine/README.md): the server's warm and cold runs then agree.
+(``vendor/llama.cpp``) into the cache unless it is there already. It is built as
+llama-cpp-python builds its library (llama.cpp's defaults: ``-march=native``, the repack and
+llamafile kernels): the server then runs the in-process engine's kernels, so the two give the
+same greedy tokens on the same prompt and micro-batch split. A native binary only runs on the
+CPU kind it was built for, so the cache is keyed by the llama-cpp-python version and a digest
+of the CPU's feature flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.metadata
 import os
 import shutil
@@ -29,16 +32,13 @@ from pathlib import Path
 import httpx
 import platformdirs
 
-#: CMake options of the cached build (part of the cache key through BUILD_KEY).
+#: CMake options of the cached build: only what to build; the kernels are llama.cpp's defaults.
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
     "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DGGML_CCACHE=OFF",
-    "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-    "-DGGML_CPU_REPACK=OFF", "-DGGML_LLAMAFILE=OFF",
 )
-BUILD_KEY = "avx2-norepack-1"
 #: Set to use another llama-server binary (tests and the bench then skip the build).
 BINARY_ENV = "CONTENOX_LLAMA_SERVER"
 
@@ -47,9 +47,21 @@ def llama_cpp_version() -> str:
     return importlib.metadata.version("llama_cpp_python")
 
 
+def cpu_key() -> str:
+    """A digest of the CPU's model name and feature flags (what -march=native compiles for)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        info = ""
+    picked = [line for line in info.splitlines()
+              if line.startswith(("flags", "model name", "Features", "CPU part"))]
+    facts = "\n".join(sorted(set(picked)))
+    return hashlib.sha256(facts.encode()).hexdigest()[:12]
+
+
 def cache_dir() -> Path:
     root = Path(platformdirs.user_cache_dir("contenox-lsp"))
-    return root / "llama-server" / f"{llama_cpp_version()}-{BUILD_KEY}"
+    return root / "llama-server" / f"{llama_cpp_version()}-native-{cpu_key()}"
 
 
 def binary_path() -> Path:
@@ -66,13 +78,6 @@ def unavailable_reason() -> str | None:
     if not os.access(path, os.X_OK):
         return f"{path} is not executable"
     return None
-
-
-def _cpu_has_avx2() -> bool:
-    try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
 
 
 def _source_dist(work: Path) -> Path:
@@ -96,8 +101,6 @@ def build(jobs: int | None = None) -> Path:
     if target.is_file():
         print(f"llama-server: cached at {target}", file=sys.stderr)
         return target
-    if not _cpu_has_avx2():
-        raise RuntimeError("the cached llama-server build needs AVX2, which this CPU lacks")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llama-server-build-") as tmp:
         src = _source_dist(Path(tmp))

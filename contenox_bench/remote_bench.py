@@ -79,9 +79,9 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "rows": rows,
         "remote_overhead_ms": summary(overhead, "ms"),
         "note": "engine_over_server is the in-process engine's median tokens/s ÷ llama-server's "
-                "own (above 1: the engine is faster). The server is the cached portable build "
-                "(AVX2, repack and llamafile kernels off); llama-cpp-python's wheel is built "
-                "natively, so kernels differ: compare on one build for a kernel-level claim.",
+                "own (above 1: the engine is faster). Same llama.cpp commit, built the same way "
+                "(native), same threads, both with 32-token micro-batches and flash attention "
+                "off; each repetition alternates the order of the three paths.",
     }
 
 

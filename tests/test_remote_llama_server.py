@@ -48,11 +48,16 @@ def _require_binary() -> None:
         pytest.skip(reason)
 
 N_CTX = 2048
+CHUNK = 32  # remote.reuse_chunk = the test server's -ub
+
+
+def _whole_chunks(n: int) -> int:
+    return n // CHUNK * CHUNK
 QUESTION = "What does JSONDecoder.decode return?"
 
 
 def _profile(url: str, **extra: Any) -> Any:
-    overrides = {"profile.backend": "llama-server", "remote.url": url, "remote.reuse_chunk": 32,
+    overrides = {"profile.backend": "llama-server", "remote.url": url, "remote.reuse_chunk": CHUNK,
                  "context.n_ctx": N_CTX, "remote.timeout_s": 60.0, **extra}
     return load_profile(None).with_overrides(overrides, source="test")
 
@@ -120,9 +125,25 @@ def test_reuse_is_what_the_server_reported(remote: LlamaServerSession) -> None:
     assert result.reused_tokens == timings["cache_n"]
     assert result.new_tokens == timings["prompt_n"]
     assert result.reused_tokens + result.new_tokens == len(longer)
-    assert len(prompt) - 1 <= result.reused_tokens < len(longer)
+    # Whole chunks of the previous prompt only: its partial last chunk is computed again.
+    assert result.reused_tokens == _whole_chunks(len(prompt)) > 0
     assert result.miss_reason is None
-    assert remote.warm_prefix(longer) == len(longer) - 1
+    assert remote.warm_prefix(longer) == _whole_chunks(len(longer) - 1)
+
+
+def test_without_chunks_the_server_reuses_any_common_prefix(
+    server: llama_server.RunningServer,
+) -> None:
+    session = open_session(_profile(server.url, **{"remote.reuse_chunk": 0}))
+    try:
+        prompt = _prompt(session, "\n# granular\n")
+        session.prefill(prompt)
+        longer = [*prompt, *session.tokenize(" and more", special=False)]
+        # The slot also holds the token the prefill generated, which may match " and".
+        assert len(prompt) <= session.prefill(longer).reused_tokens <= len(prompt) + 1
+        assert session.reuse_granularity == 1
+    finally:
+        session.close()
 
 
 def test_cancel_mid_stream_ends_it_and_the_session_goes_on(remote: LlamaServerSession) -> None:
@@ -138,7 +159,7 @@ def test_cancel_mid_stream_ends_it_and_the_session_goes_on(remote: LlamaServerSe
     assert err.value.data["stage"] == "decode"
     assert err.value.data["decoded_tokens"] < 200
     again = remote.prefill(prompt)
-    assert again.reused_tokens >= len(prompt) - 1
+    assert again.reused_tokens == _whole_chunks(len(prompt) - 1)
     assert remote.generate(max_tokens=4).decode_tokens >= 1
 
 
@@ -190,7 +211,7 @@ def test_restart_is_a_reported_miss_and_down_is_an_error(model_path: str, tmp_pa
     try:
         prompt = _prompt(session, "\n# restart\n")
         session.prefill(prompt)
-        assert session.prefill(prompt).reused_tokens == len(prompt) - 1
+        assert session.prefill(prompt).reused_tokens == _whole_chunks(len(prompt) - 1)
         first.stop()
         with pytest.raises(RemoteUnavailableError):
             session.prefill(prompt)
@@ -200,7 +221,7 @@ def test_restart_is_a_reported_miss_and_down_is_an_error(model_path: str, tmp_pa
         try:
             session.prefill(prompt)  # resident again on the new server
             second_again = session.prefill(prompt)
-            assert second_again.reused_tokens == len(prompt) - 1
+            assert second_again.reused_tokens == _whole_chunks(len(prompt) - 1)
             second.stop()
             third = llama_server.start(Path(model_path), log_path=tmp_path / "c.log",
                                        port=port, n_ctx=N_CTX, threads=2)
@@ -246,7 +267,7 @@ def remote_profile(server: llama_server.RunningServer,
     path = tmp_path_factory.mktemp("remote-profile") / "remote.toml"
     path.write_text(
         f'[profile]\nbackend = "llama-server"\n[remote]\nurl = "{server.url}"\n'
-        "reuse_chunk = 32\n"
+        f"reuse_chunk = {CHUNK}\n"
         f"[context]\nn_ctx = {N_CTX}\n", encoding="utf-8")
     return path
 

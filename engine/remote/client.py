@@ -8,6 +8,7 @@ error on the engine's worker thread, never as a hang of the language server.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,10 @@ from engine.errors import (
     RemoteTimeoutError,
     RemoteUnavailableError,
 )
+
+# httpx logs every request at INFO: at the server's default level that would be a line per
+# token count. Its warnings still come through.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class ServerClient:

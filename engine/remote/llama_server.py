@@ -39,6 +39,7 @@ from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
 from engine.errors import (
     CancelledError,
+    EngineError,
     InvalidBatchError,
     InvalidSessionStateError,
     ProfileMismatchError,
@@ -175,7 +176,9 @@ class LlamaServerSession(SessionBase):
         model = {k: facts[k] for k in ("model_path", "n_params", "size", "ftype", "n_vocab")}
         vocab = {k: facts[k] for k in ("n_vocab", "vocab_type", "bos_token", "eos_token")}
         template = facts["chat_template"]
-        block = self.profile.block_size
+        # The assembler pads the stable region to block_size: left at 1 it follows the reuse
+        # chunk, so the idle prefill's prefix ends on a chunk the next request reuses.
+        block = self.profile.block_size if self.profile.block_size > 1 else self.reuse_granularity
         return ContextIdentity(
             profile_id=self.profile.profile_id,
             backend=self.backend,
@@ -342,18 +345,24 @@ class LlamaServerSession(SessionBase):
             self._prefill_started = t0
             toks = check_prompt(tokens, self.n_vocab, self.n_ctx)
             ident = identity or self.identity
-            reason = self._check_identity(ident)
+            try:
+                reason = self._check_identity(ident)
+            except EngineError:
+                self._tokens, self._slot_tokens = [], None  # the server is not what it was
+                raise
             keep = self._reusable(toks)
-            cache = self._align_slot(toks, keep)
             self._tokens = []  # until the server confirms, nothing is known to be resident
+            cut = self._align_slot(toks, keep)
             self._slot_tokens = None
             final, generated = self._final_event(self._client.events(
-                "/completion", self._body(toks, 0, cache=cache), self._cancel.is_set),
-                stage="prefill")
+                "/completion", self._body(toks, 0, cache=cut is None or cut > 0),
+                self._cancel.is_set), stage="prefill")
             self._cold_next = False
             timings = final.get("timings", {})
-            reused = int(timings.get("cache_n", 0))
-            computed = int(timings.get("prompt_n", len(toks) - reused))
+            # What came from before this call: a cut request (if one ran) reports it.
+            reused = int(timings.get("cache_n", 0)) if cut is None else min(
+                cut, int(timings.get("cache_n", 0)))
+            computed = len(toks) - reused
             if reason is None and reused < keep:
                 reason = (
                     f"the server's slot {self._slot} held {reused} of the {keep} tokens this "
@@ -375,27 +384,30 @@ class LlamaServerSession(SessionBase):
         n = min(common_prefix_length(self._tokens, toks), self.reusable_resident, len(toks) - 1)
         return n // self.reuse_granularity * self.reuse_granularity
 
-    def _align_slot(self, toks: Sequence[int], keep: int) -> bool:
-        """Make the server reuse exactly ``keep`` tokens (chunked reuse only); returns whether
-        the prompt request may use the slot's cache at all.
+    def _align_slot(self, toks: Sequence[int], keep: int) -> int | None:
+        """Make the server reuse at most ``keep`` tokens (chunked reuse only). Returns None
+        when nothing had to be cut, else how many tokens the slot really held of ``keep``
+        (0: the prompt request is to recompute everything).
 
         llama-server reuses the whole common prefix it finds, so a prompt that matches the slot
         past ``keep`` would be computed from a position inside a chunk, in a micro-batch a cold
         run never forms (the rounding differs, engine/README.md). A one-token request that
-        agrees with ``toks`` up to ``keep`` and differs at ``keep`` cuts the slot there first."""
+        agrees with ``toks`` up to ``keep`` and differs at ``keep`` cuts the slot there first
+        (one extra token computed, the marker)."""
         if self._chunk <= 0:
-            return True
+            return None
         slot = self._slot_tokens
         held = len(toks) if slot is None else common_prefix_length(slot, toks)
         if held <= keep:
-            return True
+            return None
         if keep == 0:
-            return False  # recompute everything: cache_prompt off for this request
+            return 0
         marker = toks[keep] + 1 if toks[keep] + 1 < self.n_vocab else toks[keep] - 1
-        self._final_event(self._client.events(
+        self._slot_tokens = None
+        final, _ = self._final_event(self._client.events(
             "/completion", self._body([*toks[:keep], marker], 0), self._cancel.is_set),
             stage="prefill")
-        return True
+        return min(keep, int(final.get("timings", {}).get("cache_n", 0)))
 
     def _final_event(self, events: Any, stage: str) -> tuple[dict[str, Any], list[int]]:
         """Run a request's events to the end: its final event and the tokens it generated."""
