@@ -116,6 +116,21 @@ def test_warm_equals_cold_and_the_in_process_engine(remote: LlamaServerSession,
     assert cold.tokens == local.tokens
 
 
+def test_a_follow_up_that_holds_the_answer_is_warm_equals_cold(remote: LlamaServerSession
+                                                                ) -> None:
+    prompt = _prompt(remote, "\n# What does decode do?\n")
+    remote.prefill(prompt)
+    answer = remote.generate(max_tokens=12)
+    follow = [*prompt, *answer.tokens, *remote.tokenize("\n# And raw_decode?\n", special=False)]
+    warm_fill = remote.prefill(follow)
+    warm = remote.generate(max_tokens=12)
+    # The answer's tokens were decoded one by one: only the prompt's whole chunks are reused.
+    assert warm_fill.reused_tokens == _whole_chunks(len(prompt) - 1)
+    remote.reset()
+    remote.prefill(follow)
+    assert remote.generate(max_tokens=12).tokens == warm.tokens
+
+
 def test_reuse_is_what_the_server_reported(remote: LlamaServerSession) -> None:
     prompt = _prompt(remote, "\n# one\n")
     remote.prefill(prompt)
@@ -280,7 +295,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def lsp(workspace: Path, remote_profile: Path) -> AsyncIterator[LanguageClient]:
     client = await start_client(workspace, "neovim", {
-        "profile": str(remote_profile), "mapTokens": 256, "codeTokens": 256,
+        "profile": str(remote_profile), "codeTokens": 256,
         "snapshotDir": str(workspace.parent / "snapshots"),
     })
     await wait_warm(client)

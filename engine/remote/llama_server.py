@@ -107,6 +107,9 @@ class LlamaServerSession(SessionBase):
         # after a failure: unknown, so the next prefill assumes the worst.
         self._slot_tokens: list[int] | None = []
         self._chunk = int(get("remote.reuse_chunk"))
+        # Whether a generate request recomputed the resident prompt's last token alone (the
+        # server always evaluates at least one prompt token per request).
+        self._last_recomputed = False
         self._resident_identity: ContextIdentity | None = None
         self._prefill_started = 0.0
         self._cold_next = False
@@ -250,10 +253,12 @@ class LlamaServerSession(SessionBase):
     @property
     def reusable_resident(self) -> int:
         """With chunked reuse, the resident prompt's tokens that were computed in whole
-        chunks; the partial last chunk and generated tokens are computed again."""
+        chunks; the partial last chunk and generated tokens are computed again, and so is the
+        chunk of the prompt's last token once a generate request recomputed it alone."""
         if self._chunk <= 0:
             return len(self._tokens)
-        return len(self._tokens) // self._chunk * self._chunk
+        whole = len(self._tokens) - (1 if self._last_recomputed else 0)
+        return max(0, whole) // self._chunk * self._chunk
 
     @property
     def capabilities(self) -> dict[str, bool]:
@@ -369,6 +374,7 @@ class LlamaServerSession(SessionBase):
                     "session left there (the server restarted, or another client used the slot)"
                 )
             self._tokens = toks
+            self._last_recomputed = False
             self._slot_tokens = [*toks, *generated]
             self._resident_identity = ident
             self.metrics.extra["last_server_timings"] = timings
@@ -451,6 +457,7 @@ class LlamaServerSession(SessionBase):
             events = self._client.events(
                 "/completion", self._body(self._tokens, n_predict), self._cancel.is_set)
             self._slot_tokens = None  # unknown until the stream ends
+            self._last_recomputed = True
             try:
                 for event in events:
                     if "prompt_progress" in event and not event.get("content"):
