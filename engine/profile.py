@@ -87,6 +87,10 @@ def _is_str(v: Any) -> bool:
     return isinstance(v, str)
 
 
+def _is_http_url(v: Any) -> bool:
+    return isinstance(v, str) and v.startswith(("http://", "https://")) and " " not in v
+
+
 def _float_list(v: Any) -> bool:
     return isinstance(v, list) and all(
         isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in v
@@ -396,7 +400,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     # [remote]: the llama-server backend (engine/remote/, docs/remote.md). The URL is part of
     # the cache identity (another server holds other KV); the key and timeouts are not.
-    FieldSpec("remote", "url", "http://127.0.0.1:8080", _is_str, "an http(s) URL",
+    FieldSpec("remote", "url", "http://127.0.0.1:8080", _is_http_url, "an http(s) URL",
               "llama-server base URL"),
     FieldSpec("remote", "slot", 0, _int_range(0, 1023), "an integer 0..1023",
               "the server slot this session owns (one per developer)"),

@@ -121,3 +121,16 @@ def test_profile_show_cli_rejects_bad_profile(tmp_path: Path) -> None:
     assert out.returncode == 1
     assert "invalid_profile" in out.stderr and "context.bogus" in out.stderr
     assert out.stdout == ""
+
+
+def test_remote_section_keys_the_remote_backend_only() -> None:
+    base = load_profile(None)
+    moved = base.with_overrides({"remote.url": "http://gpu-box:8080"}, source="test")
+    assert moved.profile_id == base.profile_id  # [remote] means nothing to the llama backend
+    remote = base.with_overrides({"profile.backend": "llama-server"}, source="test")
+    elsewhere = remote.with_overrides({"remote.url": "http://gpu-box:8080"}, source="test")
+    assert elsewhere.profile_id != remote.profile_id  # another server holds other KV
+    quicker = remote.with_overrides({"remote.timeout_s": 5.0}, source="test")
+    assert quicker.profile_id == remote.profile_id  # timeouts shape requests, not KV
+    with pytest.raises(ProfileError, match=r"remote\.url"):
+        base.with_overrides({"remote.url": "gpu-box:8080"}, source="test")
