@@ -110,6 +110,10 @@ def open_session(profile: Profile | None = None) -> Session:
         from engine.remote.llama_server import LlamaServerSession
 
         return LlamaServerSession.open(profile)
+    if profile.backend == "openai":
+        from engine.remote.openai_compat import OpenAiSession
+
+        return OpenAiSession.open(profile)
     raise UnsupportedCapabilityError(
         f"backend {profile.backend!r} is not available in this build", backend=profile.backend
     )

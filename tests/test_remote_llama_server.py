@@ -273,6 +273,49 @@ def test_a_server_killed_mid_stream_is_a_structured_error(model_path: str, tmp_p
         running.stop()
 
 
+# ----------------------------------------------------------------- backend = "openai"
+
+
+@pytest.fixture(scope="module")
+def openai_session(server: llama_server.RunningServer) -> Iterator[Any]:
+    """The OpenAI-compatible API of the same llama-server (``/v1/completions``)."""
+    session = open_session(_profile(server.url, **{"profile.backend": "openai",
+                                                   "remote.reuse_chunk": 0}))
+    yield session
+    session.close()
+
+
+def test_openai_backend_sends_ids_and_answers_as_the_in_process_engine(
+    openai_session: Any, llama_session: Any
+) -> None:
+    assert openai_session.backend == "openai"
+    text = "# nonce 7Q2\n" + (Path(sysconfig.get_paths()["stdlib"]) / "json" / "scanner.py"
+                             ).read_text(encoding="utf-8")[:900]
+    # No BOS: the prompt shares no first token with what the server's cache holds, so the
+    # server computes it from position 0, in the same micro-batches as the cold engine.
+    prompt = openai_session.tokenize(text, special=False)
+    assert prompt == llama_session.tokenize(text, special=False)
+    assert openai_session.bos_token_id == llama_session.bos_token_id
+    openai_session.prefill(prompt)
+    remote = openai_session.generate(max_tokens=12)
+    llama_session.reset()
+    llama_session.prefill(prompt)
+    local = llama_session.generate(max_tokens=12)
+    assert remote.text == local.text and remote.decode_tokens >= 1
+
+
+def test_openai_backend_reports_the_servers_cached_tokens(openai_session: Any) -> None:
+    prompt = openai_session.tokenize("# openai reuse\n" + "x = 1\n" * 60, special=False)
+    openai_session.prefill(prompt)
+    longer = [*prompt, *openai_session.tokenize("y = 2\n", special=False)]
+    result = openai_session.prefill(longer)
+    usage = openai_session.metrics.extra["last_server_timings"]
+    assert openai_session.metrics.extra["reuse_reported_by_server"] is True
+    assert result.reused_tokens == usage["prompt_tokens_details"]["cached_tokens"]
+    assert len(prompt) - 1 <= result.reused_tokens < len(longer)
+    assert result.new_tokens == len(longer) - result.reused_tokens
+
+
 # ----------------------------------------------------------------- the language server on it
 
 

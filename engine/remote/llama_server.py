@@ -29,7 +29,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,19 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass
+class Piece:
+    """One streamed event of a completion request, whatever the server's API."""
+
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)  # ids of ``text`` when the server says
+    final: bool = False
+    cached: int | None = None  # prompt tokens the server took from its cache (final only)
+    computed: int | None = None  # prompt tokens it computed (final only)
+    stop: str = ""  # why generation ended: "eos", "word", "limit" (final only)
+    report: dict[str, Any] = field(default_factory=dict)  # the server's own figures
+
+
 def _model_template(reported: str) -> str:
     return "" if reported == SERVER_FALLBACK_TEMPLATE else reported
 
@@ -121,8 +135,7 @@ class LlamaServerSession(SessionBase):
         try:
             self._facts = self._read_facts()
             self._tokenize_cached = lru_cache(maxsize=4096)(self._tokenize_remote)
-            self._bos = self._single_token(self._facts["bos_token"])
-            self._eos = self._single_token(self._facts["eos_token"])
+            self._bos, self._eos = self._special_ids()
             self._fim = self._find_fim()
             self.identity = self._identity(self._facts)
         except Exception:
@@ -203,6 +216,10 @@ class LlamaServerSession(SessionBase):
             swa_full=True,
             block_size=block,
         )
+
+    def _special_ids(self) -> tuple[int | None, int | None]:
+        return (self._single_token(self._facts["bos_token"]),
+                self._single_token(self._facts["eos_token"]))
 
     def _single_token(self, text: str) -> int | None:
         if not text:
@@ -321,6 +338,27 @@ class LlamaServerSession(SessionBase):
             "seed": int(get("context.seed")),
         }
 
+    def _request(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
+                 ) -> Iterator[Piece]:
+        """One ``/completion`` request as pieces; progress events come through as empty
+        pieces, so a cancel is seen at each server batch."""
+        for event in self._client.events("/completion", self._body(tokens, n_predict,
+                                                                    cache=cache),
+                                         self._cancel.is_set):
+            if "prompt_progress" in event and not event.get("content"):
+                yield Piece()  # progress only (its "tokens" field is not a generated token)
+            elif event.get("stop"):
+                timings = event.get("timings", {})
+                yield Piece(
+                    text=str(event.get("content", "")),
+                    tokens=[int(t) for t in event.get("tokens", [])], final=True,
+                    cached=int(timings.get("cache_n", 0)),
+                    computed=int(timings.get("prompt_n", 0)),
+                    stop=str(event.get("stop_type", "")), report=timings)
+            else:
+                yield Piece(text=str(event.get("content", "")),
+                            tokens=[int(t) for t in event.get("tokens", [])])
+
     def _check_identity(self, ident: ContextIdentity) -> str | None:
         """Re-read the server's facts; a changed model or build is a reported miss."""
         facts = self._read_facts()
@@ -359,14 +397,12 @@ class LlamaServerSession(SessionBase):
             self._tokens = []  # until the server confirms, nothing is known to be resident
             cut = self._align_slot(toks, keep)
             self._slot_tokens = None
-            final, generated = self._final_event(self._client.events(
-                "/completion", self._body(toks, 0, cache=cut is None or cut > 0),
-                self._cancel.is_set), stage="prefill")
+            final, generated = self._final_piece(
+                self._request(toks, 0, cache=cut is None or cut > 0), stage="prefill")
             self._cold_next = False
-            timings = final.get("timings", {})
+            served = self._reported_reuse(final, toks)
             # What came from before this call: a cut request (if one ran) reports it.
-            reused = int(timings.get("cache_n", 0)) if cut is None else min(
-                cut, int(timings.get("cache_n", 0)))
+            reused = served if cut is None else min(cut, served)
             computed = len(toks) - reused
             if reason is None and reused < keep:
                 reason = (
@@ -377,7 +413,7 @@ class LlamaServerSession(SessionBase):
             self._last_recomputed = False
             self._slot_tokens = [*toks, *generated]
             self._resident_identity = ident
-            self.metrics.extra["last_server_timings"] = timings
+            self.metrics.extra["last_server_timings"] = final.report
             return self.metrics.record_prefill(PrefillResult(
                 reused_tokens=reused, new_tokens=computed, prefill_ms=_ms(t0),
                 total_tokens=len(toks), miss_reason=reason,
@@ -410,20 +446,22 @@ class LlamaServerSession(SessionBase):
             return 0
         marker = toks[keep] + 1 if toks[keep] + 1 < self.n_vocab else toks[keep] - 1
         self._slot_tokens = None
-        final, _ = self._final_event(self._client.events(
-            "/completion", self._body([*toks[:keep], marker], 0), self._cancel.is_set),
-            stage="prefill")
-        return min(keep, int(final.get("timings", {}).get("cache_n", 0)))
+        final, _ = self._final_piece(self._request([*toks[:keep], marker], 0), stage="prefill")
+        return min(keep, final.cached or 0)
 
-    def _final_event(self, events: Any, stage: str) -> tuple[dict[str, Any], list[int]]:
-        """Run a request's events to the end: its final event and the tokens it generated."""
-        final: dict[str, Any] = {}
+    def _reported_reuse(self, final: Piece, toks: Sequence[int]) -> int:
+        """The prompt tokens the server says it took from its cache."""
+        return final.cached or 0
+
+    def _final_piece(self, pieces: Iterator[Piece], stage: str) -> tuple[Piece, list[int]]:
+        """Run a request to its end: its final piece and the tokens it generated."""
+        final = Piece()
         generated: list[int] = []
         try:
-            for event in events:
-                generated.extend(int(t) for t in event.get("tokens", []))
-                if event.get("stop"):
-                    final = event
+            for piece in pieces:
+                generated.extend(piece.tokens)
+                if piece.final:
+                    final = piece
         except CancelledError as exc:
             exc.data.update(stage=stage, committed_tokens=0)
             raise
@@ -454,36 +492,36 @@ class LlamaServerSession(SessionBase):
             t_first = 0.0
             ttft_ms = 0.0
             finish = "length"
-            events = self._client.events(
-                "/completion", self._body(self._tokens, n_predict), self._cancel.is_set)
+            pieces = self._request(self._tokens, n_predict)
             self._slot_tokens = None  # unknown until the stream ends
             self._last_recomputed = True
+            text_parts: list[str] = []
             try:
-                for event in events:
-                    if "prompt_progress" in event and not event.get("content"):
-                        continue
-                    piece = str(event.get("content", ""))
-                    toks = [int(t) for t in event.get("tokens", [])]
-                    if toks and not out_tokens:
+                for piece in pieces:
+                    if (piece.tokens or piece.text) and not t_first:
                         t_first = time.perf_counter()
                         ttft_ms = (t_first - self._prefill_started) * 1000.0
-                    out_tokens.extend(toks)
-                    if event.get("stop"):
-                        stop_type = str(event.get("stop_type", ""))
-                        finish = "stop" if stop_type in ("eos", "word") else "length"
-                        if stop_type == "limit" and n_predict < max_tokens:
+                    out_tokens.extend(piece.tokens)
+                    text_parts.append(piece.text)
+                    if piece.final:
+                        finish = "stop" if piece.stop in ("eos", "word") else "length"
+                        if piece.stop == "limit" and n_predict < max_tokens:
                             finish = "context_full"
-                        self.metrics.extra["last_server_timings"] = event.get("timings", {})
-                    if piece and (yield piece):
+                        self.metrics.extra["last_server_timings"] = piece.report
+                    if piece.text and (yield piece.text):
                         finish = "stop"  # the consumer saw a stop text: close the stream
                         break
             except CancelledError as exc:
                 exc.data.update(stage="decode", decoded_tokens=len(out_tokens))
                 raise
             finally:
-                close = getattr(events, "close", None)
+                close = getattr(pieces, "close", None)
                 if close is not None:
                     close()
+            if not out_tokens and text_parts:
+                # The server streams text only (OpenAI API): its ids, as this vocabulary
+                # tokenizes the text (may differ from the ids it sampled at a boundary).
+                out_tokens = self.tokenize("".join(text_parts), special=False)
             self._slot_tokens = [*self._tokens, *out_tokens]
             decode_ms = (time.perf_counter() - t_first) * 1000.0 if t_first else 0.0
             n = len(out_tokens)
