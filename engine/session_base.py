@@ -6,10 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
-from engine.errors import ContextOverflowError, InvalidBatchError, InvalidSessionStateError
+from engine.errors import (
+    ContextOverflowError,
+    InvalidBatchError,
+    InvalidSessionStateError,
+    UnsupportedCapabilityError,
+)
+from engine.results import BranchInfo, SnapshotResult
 
 
 def check_prompt(tokens: Sequence[int], n_vocab: int, n_ctx: int, reserve: int = 0) -> list[int]:
@@ -86,3 +93,39 @@ class SessionBase:
                 len(tokens) - 1)
         g = max(1, granularity)
         return max(0, n) // g * g
+
+
+class WithoutSequenceState:
+    """Snapshots and parked branches for a backend that has neither: each call is refused with
+    ``UnsupportedCapabilityError`` (``why`` says what keeps prefixes warm instead)."""
+
+    backend: str
+    why_no_sequence_state: str = ""
+
+    def _unsupported(self, capability: str) -> UnsupportedCapabilityError:
+        return UnsupportedCapabilityError(
+            f"the {self.backend} backend does not support {capability} "
+            f"({self.why_no_sequence_state})",
+            capability=capability,
+            backend=self.backend,
+        )
+
+    def save_snapshot(self, path: str | Path) -> SnapshotResult:
+        raise self._unsupported("snapshots")
+
+    def load_snapshot(
+        self, path: str | Path, expect_prefix: Sequence[int] | None = None
+    ) -> SnapshotResult:
+        raise self._unsupported("snapshots")
+
+    def branch_save(self, name: str) -> BranchInfo:
+        raise self._unsupported("branches")
+
+    def branch_restore(self, name: str) -> BranchInfo:
+        raise self._unsupported("branches")
+
+    def branch_drop(self, name: str) -> None:
+        raise self._unsupported("branches")
+
+    def branches(self) -> list[BranchInfo]:
+        return []

@@ -50,14 +50,12 @@ from engine.errors import (
 from engine.fim import KNOWN_FIM_TEXTS, FimTokens
 from engine.profile import EMBEDDED_MODEL, Profile
 from engine.results import (
-    BranchInfo,
     GenerateResult,
     PrefillResult,
     SessionMetrics,
-    SnapshotResult,
     drain,
 )
-from engine.session_base import SessionBase, check_prompt
+from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +154,14 @@ def _control_tokens(model_dir: Path) -> frozenset[str]:
     )
 
 
-class OpenVinoSession(SessionBase):
+class OpenVinoSession(WithoutSequenceState, SessionBase):
     """OpenVINO GenAI implementation of the engine session seam."""
 
     backend = "openvino"
+    why_no_sequence_state = (
+        "OpenVINO GenAI exposes no per-sequence KV state; the prefix cache keeps prefixes "
+        "warm instead"
+    )
 
     def __init__(self, profile: Profile, model_dir: Path) -> None:
         super().__init__()
@@ -581,34 +583,6 @@ class OpenVinoSession(SessionBase):
         return drain(self.stream(max_tokens=max_tokens))
 
     # ----------------------------------------------------------------- unsupported
-
-    def _unsupported(self, capability: str) -> UnsupportedCapabilityError:
-        return UnsupportedCapabilityError(
-            f"the openvino backend does not support {capability} (OpenVINO GenAI exposes no "
-            "per-sequence KV state); the prefix cache keeps prefixes warm instead",
-            capability=capability,
-            backend=self.backend,
-        )
-
-    def save_snapshot(self, path: str | Path) -> SnapshotResult:
-        raise self._unsupported("snapshots")
-
-    def load_snapshot(
-        self, path: str | Path, expect_prefix: Sequence[int] | None = None
-    ) -> SnapshotResult:
-        raise self._unsupported("snapshots")
-
-    def branch_save(self, name: str) -> BranchInfo:
-        raise self._unsupported("branches")
-
-    def branch_restore(self, name: str) -> BranchInfo:
-        raise self._unsupported("branches")
-
-    def branch_drop(self, name: str) -> None:
-        raise self._unsupported("branches")
-
-    def branches(self) -> list[BranchInfo]:
-        return []
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
         return self._live_warm_prefix(tokens, self.identity, self._block)

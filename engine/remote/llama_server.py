@@ -45,20 +45,17 @@ from engine.errors import (
     InvalidSessionStateError,
     ProfileMismatchError,
     RemoteError,
-    UnsupportedCapabilityError,
 )
 from engine.fim import KNOWN_FIM_TEXTS, FimTokens
 from engine.profile import Profile
 from engine.remote.client import ServerClient
 from engine.results import (
-    BranchInfo,
     GenerateResult,
     PrefillResult,
     SessionMetrics,
-    SnapshotResult,
     drain,
 )
-from engine.session_base import SessionBase, check_prompt
+from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +93,44 @@ class Piece:
     report: dict[str, Any] = field(default_factory=dict)  # the server's own figures
 
 
+def server_identity(profile: Profile, backend: str, version: str, model_digest: str,
+                    tokenizer_digest: str, template_digest: str, prompt_format: str,
+                    block_size: int) -> ContextIdentity:
+    """The cache identity of a model on a server. Its KV and attention settings are the
+    server's command line's, which no endpoint reports: the model and build fields stand for
+    them (another model or build is a reported miss)."""
+    return ContextIdentity(
+        profile_id=profile.profile_id,
+        backend=backend,
+        backend_version=version,
+        model_digest=model_digest,
+        tokenizer_digest=tokenizer_digest,
+        chat_template_digest=template_digest,
+        prompt_format=prompt_format,
+        bos_policy=profile.bos_policy,
+        n_ctx=profile.n_ctx,
+        rope_freq_base=0.0,
+        rope_freq_scale=0.0,
+        rope_scaling_type="server",
+        type_k="server",
+        type_v="server",
+        flash_attn="server",
+        swa_full=True,
+        block_size=block_size,
+    )
+
+
 def _model_template(reported: str) -> str:
     return "" if reported == SERVER_FALLBACK_TEMPLATE else reported
 
 
-class LlamaServerSession(SessionBase):
+class LlamaServerSession(WithoutSequenceState, SessionBase):
     """One slot of a llama-server behind the engine session seam."""
 
     backend = "llama-server"
+    why_no_sequence_state = (
+        "the session owns one server slot, whose cached prompt keeps the prefix warm"
+    )
 
     def __init__(self, profile: Profile) -> None:
         super().__init__()
@@ -195,27 +222,10 @@ class LlamaServerSession(SessionBase):
         # The assembler pads the stable region to block_size: left at 1 it follows the reuse
         # chunk, so the idle prefill's prefix ends on a chunk the next request reuses.
         block = self.profile.block_size if self.profile.block_size > 1 else self.reuse_granularity
-        return ContextIdentity(
-            profile_id=self.profile.profile_id,
-            backend=self.backend,
-            backend_version=facts["build_info"],
-            model_digest=_digest(model),
-            tokenizer_digest=_digest(vocab),
-            chat_template_digest=hashlib.sha256(template.encode()).hexdigest() if template else "",
-            prompt_format=resolve_prompt_format(self.profile.prompt_format, template or None),
-            bos_policy=self.profile.bos_policy,
-            n_ctx=self.profile.n_ctx,
-            # The server's KV and attention settings are its command line's; /props does not
-            # report them. The server's model and build are in the fields above.
-            rope_freq_base=0.0,
-            rope_freq_scale=0.0,
-            rope_scaling_type="server",
-            type_k="server",
-            type_v="server",
-            flash_attn="server",
-            swa_full=True,
-            block_size=block,
-        )
+        return server_identity(
+            self.profile, self.backend, facts["build_info"], _digest(model), _digest(vocab),
+            hashlib.sha256(template.encode()).hexdigest() if template else "",
+            resolve_prompt_format(self.profile.prompt_format, template or None), block)
 
     def _special_ids(self) -> tuple[int | None, int | None]:
         return (self._single_token(self._facts["bos_token"]),
@@ -549,33 +559,6 @@ class LlamaServerSession(SessionBase):
         self.close()
 
     # ----------------------------------------------------------------- unsupported
-
-    def _unsupported(self, capability: str) -> UnsupportedCapabilityError:
-        return UnsupportedCapabilityError(
-            f"the llama-server backend does not support {capability}: the session owns one "
-            "server slot, whose cached prompt keeps the prefix warm",
-            capability=capability, backend=self.backend,
-        )
-
-    def save_snapshot(self, path: str | Path) -> SnapshotResult:
-        raise self._unsupported("snapshots")
-
-    def load_snapshot(
-        self, path: str | Path, expect_prefix: Sequence[int] | None = None
-    ) -> SnapshotResult:
-        raise self._unsupported("snapshots")
-
-    def branch_save(self, name: str) -> BranchInfo:
-        raise self._unsupported("branches")
-
-    def branch_restore(self, name: str) -> BranchInfo:
-        raise self._unsupported("branches")
-
-    def branch_drop(self, name: str) -> None:
-        raise self._unsupported("branches")
-
-    def branches(self) -> list[BranchInfo]:
-        return []
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
         return self._live_warm_prefix(tokens, self.identity, 1)

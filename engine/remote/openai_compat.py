@@ -29,7 +29,7 @@ from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
 from engine.errors import ProfileMismatchError, RemoteError
 from engine.profile import Profile
-from engine.remote.llama_server import LlamaServerSession, Piece, _digest
+from engine.remote.llama_server import LlamaServerSession, Piece, _digest, server_identity
 from engine.results import PrefillResult
 
 #: ``/v1/models`` ``owned_by`` of llama-server (its tokenize endpoints take other fields).
@@ -40,6 +40,7 @@ class OpenAiSession(LlamaServerSession):
     """A model on an OpenAI-compatible completions server behind the engine session seam."""
 
     backend = "openai"
+    why_no_sequence_state = "the server's shared prefix cache keeps prefixes warm instead"
 
     def __init__(self, profile: Profile) -> None:
         self._resident_guess: list[int] = []
@@ -84,28 +85,13 @@ class OpenAiSession(LlamaServerSession):
         return facts
 
     def _identity(self, facts: dict[str, Any]) -> ContextIdentity:
-        return ContextIdentity(
-            profile_id=self.profile.profile_id,
-            backend=self.backend,
-            backend_version=facts["owned_by"],
-            model_digest=_digest({k: facts[k] for k in ("model_id", "n_ctx", "size",
-                                                         "n_params", "n_vocab")}),
-            tokenizer_digest=_digest({"model": facts["model_id"], "n_vocab": facts["n_vocab"],
-                                      "bos": self._bos, "eos": self._eos}),
-            chat_template_digest="",
-            # The API does not expose the chat template: "auto" means base framing here.
-            prompt_format=resolve_prompt_format(self.profile.prompt_format, None),
-            bos_policy=self.profile.bos_policy,
-            n_ctx=self.profile.n_ctx,
-            rope_freq_base=0.0,
-            rope_freq_scale=0.0,
-            rope_scaling_type="server",
-            type_k="server",
-            type_v="server",
-            flash_attn="server",
-            swa_full=True,
-            block_size=self.profile.block_size,
-        )
+        model = {k: facts[k] for k in ("model_id", "n_ctx", "size", "n_params", "n_vocab")}
+        vocab = {"model": facts["model_id"], "n_vocab": facts["n_vocab"], "bos": self._bos,
+                 "eos": self._eos}
+        # The API does not expose the chat template: "auto" means base framing here.
+        return server_identity(
+            self.profile, self.backend, facts["owned_by"], _digest(model), _digest(vocab), "",
+            resolve_prompt_format(self.profile.prompt_format, None), self.profile.block_size)
 
     def _special_ids(self) -> tuple[int | None, int | None]:
         """BOS: what the tokenizer adds in front when asked to; EOS: not known through the API
