@@ -125,12 +125,12 @@ def _warm_row(session: Any, remote: Any, corpus: Corpus, cfg: BenchConfig) -> di
             prompt = [*prefix, *corpus.question(cfg.backends_suffix, 100 + rep)]
             t0 = time.perf_counter()
             r = s.prefill(prompt)
-            s.generate(max_tokens=1)
-            ttft[path].append((time.perf_counter() - t0) * 1000.0)
-            if path == "remote":
+            if path == "remote":  # before generate() replaces the server's figures
                 reused.append(r.reused_tokens)
                 new.append(r.new_tokens)
                 _overhead(remote, r.prefill_ms)
+            s.generate(max_tokens=1)
+            ttft[path].append((time.perf_counter() - t0) * 1000.0)
             s.prefill(prefix)  # back to the stable prefix, as the idle prefill leaves it
     stats = {p: summary(v, "ms") for p, v in ttft.items()}
     return {"name": "warm_suffix_ttft", "label": "warm changed-suffix TTFT", "unit": "ms",
