@@ -325,39 +325,52 @@ async def test_snapshot_save_list_load_clear(warm: LanguageClient, workspace: Pa
 
 
 async def test_cancel_ask_then_next_ask_equals_cold_run(
-    warm: LanguageClient, workspace: Path
+    workspace: Path, tmp_path: Path
 ) -> None:
-    # Long answer; cancel once the first piece has streamed (decode is running).
-    token = "ask-cancel"
-    fut: concurrent.futures.Future[Any] = warm.protocol.send_request(
-        "contenox/ask", {"question": "Explain every class in this package in detail.",
-                         "maxTokens": 400, "partialResultToken": token},
-        msg_id="cancel-me",
-    )
-    await wait_until(
-        _async_value(lambda: warm.partial_results.get(token)),  # type: ignore[attr-defined]
-        bool, timeout=300, interval=0.05,
-    )
-    warm.protocol.notify("$/cancelRequest", types.CancelParams(id="cancel-me"))
-    with pytest.raises(JsonRpcRequestCancelled) as info:
-        await asyncio.wait_for(asyncio.wrap_future(fut), 120)
-    assert info.value.code == -32800
-
-    warm_answer = await request(warm, "contenox/ask", {"question": QUESTION, "maxTokens": 16})
-    status = await request(warm, "contenox/status", None)
-    assert status["state"] in ("warm", "warming", "cold")
-
-    # The cold reference: a fresh server (no pre-prefill) with the same editor state.
-    cold = await start_client(workspace, "neovim", {"prefillOnIdle": False})
+    # Its own two servers, in the same editor state (decoder.py open, nothing edited), so the
+    # warm and the cold ask see the same prompt; checked below before the answers are. Chat
+    # framing: the long question must stream long enough to be cancelled mid-decode (base
+    # framing may end its answer after a token or two; the tokens, not the format, are what
+    # warm == cold is about).
+    profile = tmp_path / "gemma.toml"
+    profile.write_text('[prompt]\nformat = "gemma"\n', encoding="utf-8")
+    options = {"profile": str(profile), "autoSnapshots": False}
+    path = workspace / "json" / "decoder.py"
+    text = path.read_text(encoding="utf-8")
+    warm = await start_client(workspace, "neovim", options)
+    cold: LanguageClient | None = None
     try:
-        path = workspace / "json" / "decoder.py"
-        state = await request(warm, "contenox/document", {"textDocument": {"uri": path.as_uri()}})
-        open_doc(cold, path, state["text"], version=state["version"])
+        open_doc(warm, path, text)
+        await wait_warm(warm)
+        # Long answer; cancel once the first piece has streamed (decode is running).
+        token = "ask-cancel"
+        fut: concurrent.futures.Future[Any] = warm.protocol.send_request(
+            "contenox/ask", {"question": "Explain every class in this package in detail.",
+                             "maxTokens": 400, "partialResultToken": token},
+            msg_id="cancel-me",
+        )
+        await wait_until(
+            _async_value(lambda: warm.partial_results.get(token)),  # type: ignore[attr-defined]
+            bool, timeout=300, interval=0.05,
+        )
+        warm.protocol.notify("$/cancelRequest", types.CancelParams(id="cancel-me"))
+        with pytest.raises(JsonRpcRequestCancelled) as info:
+            await asyncio.wait_for(asyncio.wrap_future(fut), 120)
+        assert info.value.code == -32800
+
+        warm_answer = await request(warm, "contenox/ask", {"question": QUESTION, "maxTokens": 16})
+        status = await request(warm, "contenox/status", None)
+        assert status["state"] in ("warm", "warming", "cold")
+
+        # The cold reference: a fresh server (no pre-prefill) with the same editor state.
+        cold = await start_client(workspace, "neovim", {**options, "prefillOnIdle": False})
+        open_doc(cold, path, text)
         await wait_until(lambda: request(cold, "contenox/status", None),
                          lambda s: s["index"]["state"] == "ready" and s["model"], timeout=300)
-        await wait_until(  # the watched-file change made on the warm server is on disk too
-            lambda: _explain(cold, includeText=True),
-            lambda r: "extras.py" in _segments(r)["repo map"]["text"], timeout=60)
+        prompts = [[(g["label"], g["tokenHash"])
+                    for g in (await _explain(c, question=QUESTION))["segments"]]
+                   for c in (warm, cold)]
+        assert prompts[0] == prompts[1], "the two servers must assemble the same prompt"
 
         # While this cold ask prefills the whole prompt, the server keeps answering.
         ask = cold.protocol.send_request("contenox/ask", {"question": QUESTION, "maxTokens": 16})
@@ -372,7 +385,9 @@ async def test_cancel_ask_then_next_ask_equals_cold_run(
         assert warm_answer["metrics"]["reusedTokens"] > 0
         assert warm_answer["text"] == cold_answer["text"]
     finally:
-        await stop_client(cold)
+        await stop_client(warm)
+        if cold is not None:
+            await stop_client(cold)
 
 
 def _async_value(fn: Any) -> Any:
