@@ -37,6 +37,11 @@ class GenerateResult:
         return asdict(self)
 
 
+def decode_rate(tokens: int, decode_ms: float) -> float:
+    """Tokens per second after the first (the first token's time is the TTFT's)."""
+    return (tokens - 1) / (decode_ms / 1000.0) if tokens > 1 and decode_ms > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class SnapshotResult:
     path: str

@@ -61,6 +61,7 @@ from engine.results import (
     PrefillResult,
     SessionMetrics,
     SnapshotResult,
+    decode_rate,
     drain,
 )
 from engine.session_base import SessionBase, check_prompt
@@ -565,7 +566,7 @@ class LlamaSession(SessionBase):
                 decode_tokens=n,
                 decode_ms=decode_ms,
                 # The first token comes from the prefill's logits; the rest cost a decode each.
-                decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
+                decode_tok_s=decode_rate(n, decode_ms),
                 finish_reason=finish,
             )
             return self.metrics.record_generate(result)

@@ -53,6 +53,7 @@ from engine.results import (
     GenerateResult,
     PrefillResult,
     SessionMetrics,
+    decode_rate,
     drain,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
@@ -574,7 +575,7 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
                 ttft_ms=ttft_ms,
                 decode_tokens=n,
                 decode_ms=decode_ms,
-                decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
+                decode_tok_s=decode_rate(n, decode_ms),
                 finish_reason=finish,
             )
             return self.metrics.record_generate(result)

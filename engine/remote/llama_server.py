@@ -53,6 +53,7 @@ from engine.results import (
     GenerateResult,
     PrefillResult,
     SessionMetrics,
+    decode_rate,
     drain,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
@@ -410,7 +411,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             final, generated = self._final_piece(
                 self._request(toks, 0, cache=cut is None or cut > 0), stage="prefill")
             self._cold_next = False
-            served = self._reported_reuse(final, toks)
+            served = self._reported_reuse(final, toks, keep)
             # What came from before this call: a cut request (if one ran) reports it.
             reused = served if cut is None else min(cut, served)
             computed = len(toks) - reused
@@ -459,8 +460,9 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
         final, _ = self._final_piece(self._request([*toks[:keep], marker], 0), stage="prefill")
         return min(keep, final.cached or 0)
 
-    def _reported_reuse(self, final: Piece, toks: Sequence[int]) -> int:
-        """The prompt tokens the server says it took from its cache."""
+    def _reported_reuse(self, final: Piece, toks: Sequence[int], keep: int) -> int:
+        """The prompt tokens the server says it took from its cache (``keep``: what this
+        session expected it to take)."""
         return final.cached or 0
 
     def _final_piece(self, pieces: Iterator[Piece], stage: str) -> tuple[Piece, list[int]]:
@@ -537,11 +539,11 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             n = len(out_tokens)
             result = GenerateResult(
                 tokens=out_tokens,
-                text=self.detokenize(out_tokens),
+                text="".join(text_parts),  # the server's own decoding of the tokens
                 ttft_ms=ttft_ms,
                 decode_tokens=n,
                 decode_ms=decode_ms,
-                decode_tok_s=((n - 1) / (decode_ms / 1000.0)) if n > 1 and decode_ms > 0 else 0.0,
+                decode_tok_s=decode_rate(n, decode_ms),
                 finish_reason=finish,
             )
             return self.metrics.record_generate(result)

@@ -26,11 +26,9 @@ from typing import Any
 
 from contextasm.formats import resolve_prompt_format
 from contextasm.identity import ContextIdentity
-from contextasm.manifest import common_prefix_length
 from engine.errors import ProfileMismatchError, RemoteError
 from engine.profile import Profile
 from engine.remote.llama_server import LlamaServerSession, Piece, _digest, server_identity
-from engine.results import PrefillResult
 
 #: ``/v1/models`` ``owned_by`` of llama-server (its tokenize endpoints take other fields).
 LLAMA_CPP_OWNER = "llamacpp"
@@ -43,10 +41,8 @@ class OpenAiSession(LlamaServerSession):
     why_no_sequence_state = "the server's shared prefix cache keeps prefixes warm instead"
 
     def __init__(self, profile: Profile) -> None:
-        self._resident_guess: list[int] = []
         super().__init__(profile)
         self._chunk = 0  # no slot to cut: the server's block cache decides
-        self._last_reported: bool | None = None
         self.metrics.extra["reuse_accounting"] = (
             "server-reported where usage.prompt_tokens_details.cached_tokens is present; "
             "otherwise estimated (common prefix with the last prompt, whole cache blocks)"
@@ -191,20 +187,14 @@ class OpenAiSession(LlamaServerSession):
                     stop={"stop": "eos", "length": "limit"}.get(finish, finish),
                     report=dict(usage))
 
-    def _reported_reuse(self, final: Piece, toks: Sequence[int]) -> int:
-        self._last_reported = final.cached is not None
+    def _reported_reuse(self, final: Piece, toks: Sequence[int], keep: int) -> int:
+        reported = final.cached is not None
+        self.metrics.extra["reuse_reported_by_server"] = reported
         if final.cached is not None:
             return min(final.cached, len(toks) - 1)
-        # Not reported: the common prefix with the last prompt, in whole cache blocks.
-        g = self.reuse_granularity
-        return min(common_prefix_length(self._resident_guess, toks), len(toks) - 1) // g * g
-
-    def prefill(self, tokens: Sequence[int], identity: ContextIdentity | None = None
-                ) -> PrefillResult:
-        self._resident_guess = list(self._tokens)
-        result = super().prefill(tokens, identity)
-        self.metrics.extra["reuse_reported_by_server"] = self._last_reported
-        return result
+        # Not reported: what the session expected, the common prefix with its last prompt in
+        # whole cache blocks (``keep``).
+        return keep
 
     def reset(self) -> None:
         """Forget this session's account of the server's cache (a shared cache cannot be
