@@ -563,7 +563,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
     # ----------------------------------------------------------------- unsupported
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
-        return self._live_warm_prefix(tokens, self.identity, 1)
+        return self._live_warm_prefix(tokens, self.identity, self.reuse_granularity)
 
 
 __all__ = ["LlamaServerSession"]
