@@ -10,7 +10,9 @@ build failed or was not run); an unreachable server needs none.
 from __future__ import annotations
 
 import sysconfig
+import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from test_lsp_support import (
     request,
     start_client,
     stop_client,
+    wait_until,
     wait_warm,
 )
 
@@ -37,9 +40,16 @@ from engine import (
     load_profile,
     open_session,
 )
-from engine.errors import RemoteError, RemoteUnavailableError
+from engine.errors import (
+    RemoteError,
+    RemoteUnavailableError,
+    SnapshotCorruptError,
+    SnapshotIncompatibleError,
+    UnsupportedCapabilityError,
+)
 from engine.remote.client import ServerClient
 from engine.remote.llama_server import LlamaServerSession
+from engine.snapshot_file import read_snapshot, write_snapshot
 
 
 def _require_binary() -> None:
@@ -273,6 +283,74 @@ def test_a_server_killed_mid_stream_is_a_structured_error(model_path: str, tmp_p
         running.stop()
 
 
+# ----------------------------------------------------------------- snapshots (slot files)
+
+
+def test_without_slot_save_path_snapshots_are_refused_with_the_reason(remote: LlamaServerSession,
+                                                                     tmp_path: Path) -> None:
+    assert remote.capabilities["snapshots"] is False
+    remote.prefill(_prompt(remote, "\n# snap\n"))
+    with pytest.raises(UnsupportedCapabilityError, match="--slot-save-path"):
+        remote.save_snapshot(tmp_path / "x.snap")
+    assert not (tmp_path / "x.snap").exists()
+
+
+def test_a_slot_snapshot_survives_a_server_restart_warm_equals_cold(model_path: str,
+                                                                     tmp_path: Path) -> None:
+    """Saved on one server, restored into a fresh server and a fresh session (an editor and a
+    server restarted): the restored prefix is reused, and the greedy tokens are the cold run's.
+    Damaged, forged, foreign and vanished snapshots are refused with the session unharmed."""
+    _require_binary()
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    port = llama_server.free_port()
+    extra = ["--slot-save-path", str(slots)]
+    first = llama_server.start(Path(model_path), log_path=tmp_path / "a.log", port=port,
+                               n_ctx=N_CTX, threads=2, extra=extra)
+    session = open_session(_profile(first.url))
+    try:
+        assert session.capabilities["snapshots"] is True
+        prefix = _prompt(session, "\n# snapshot\n")
+        full = [*prefix, *session.tokenize("def restored(x):\n    return", special=False)]
+        session.prefill(prefix)
+        saved = session.save_snapshot(tmp_path / "stable.snap")
+        assert saved.tokens == len(prefix)
+        session.reset()
+        session.prefill(full)
+        cold = session.generate(max_tokens=12).tokens
+    finally:
+        session.close()
+        first.stop()
+    second = llama_server.start(Path(model_path), log_path=tmp_path / "b.log", port=port,
+                                n_ctx=N_CTX, threads=2, extra=extra)
+    fresh = open_session(_profile(second.url))
+    try:
+        with pytest.raises(SnapshotIncompatibleError):
+            fresh.load_snapshot(tmp_path / "stable.snap", expect_prefix=full)
+        forged = read_snapshot(tmp_path / "stable.snap")
+        write_snapshot(tmp_path / "forged.snap", replace(forged, tokens=forged.tokens[:-1]))
+        with pytest.raises(SnapshotCorruptError, match="does not match its tokens"):
+            fresh.load_snapshot(tmp_path / "forged.snap")
+        assert fresh.n_resident == 0
+
+        loaded = fresh.load_snapshot(tmp_path / "stable.snap", expect_prefix=prefix[:64])
+        assert loaded.tokens == len(prefix) and fresh.n_resident == len(prefix)
+        warm_fill = fresh.prefill(full)
+        assert warm_fill.reused_tokens == _whole_chunks(len(prefix))  # from the slot file
+        assert warm_fill.miss_reason is None
+        assert fresh.generate(max_tokens=12).tokens == cold
+
+        for f in slots.iterdir():
+            f.unlink()  # the server's files are gone (another machine, cleaned up)
+        with pytest.raises(SnapshotCorruptError, match="cannot restore"):
+            fresh.load_snapshot(tmp_path / "stable.snap")
+        assert fresh.n_resident == 0  # the failed restore left the slot empty
+        assert fresh.prefill(full).reused_tokens == 0
+    finally:
+        fresh.close()
+        second.stop()
+
+
 # ----------------------------------------------------------------- backend = "openai"
 
 
@@ -402,6 +480,67 @@ async def test_inline_completion_on_the_remote_backend(lsp: LanguageClient, work
     assert isinstance(result["items"], list)
     for item in result["items"]:
         assert item["insertText"].strip()
+
+
+async def test_language_server_and_llama_server_restarted_restore_the_stable_prefix(
+    model_path: str, tmp_path: Path
+) -> None:
+    """autoSnapshots on the remote backend: the idle prefill's stable prefix is saved as a slot
+    file; after both servers restart the language server restores it into the new slot, and
+    the first ask reuses it instead of recomputing it."""
+    _require_binary()
+    root = copy_stdlib_json(tmp_path / "ws")
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    port = llama_server.free_port()
+    profile = tmp_path / "remote.toml"
+    profile.write_text(
+        f'[profile]\nbackend = "llama-server"\n[remote]\nurl = "http://127.0.0.1:{port}"\n'
+        f"reuse_chunk = {CHUNK}\n[context]\nn_ctx = {N_CTX}\n", encoding="utf-8")
+    options = {"profile": str(profile), "codeTokens": 256,
+               "snapshotDir": str(tmp_path / "snapshots")}
+    decoder = root / "json" / "decoder.py"
+
+    async def editor() -> LanguageClient:
+        client = await start_client(root, "neovim", options)
+        open_doc(client, decoder, decoder.read_text(encoding="utf-8"))
+        return client
+
+    def llama() -> llama_server.RunningServer:
+        return llama_server.start(Path(model_path), log_path=tmp_path / f"{time.time()}.log",
+                                  port=port, n_ctx=N_CTX, threads=2,
+                                  extra=["--slot-save-path", str(slots)])
+
+    server = llama()
+    try:
+        first = await editor()
+        try:
+            stable = (await wait_warm(first))["stableEnd"]
+            saved = await wait_until(lambda: request(first, "contenox/status", None),
+                                     lambda st: st["snapshots"]["lastSaved"] is not None)
+            assert saved["snapshots"]["auto"] is True
+            assert saved["snapshots"]["lastSaved"]["tokens"] == stable > 0
+        finally:
+            await stop_client(first)
+    finally:
+        server.stop()
+    assert any(slots.iterdir())  # the KV is on the server's disk, not the editor's
+
+    server = llama()
+    try:
+        second = await editor()
+        try:
+            status = await wait_until(lambda: request(second, "contenox/status", None),
+                                      lambda st: st["snapshots"]["restored"] is not None)
+            assert status["snapshots"]["restored"]["tokens"] == stable
+            await wait_warm(second)
+            answer = await request(second, "contenox/ask", {"question": QUESTION,
+                                                            "maxTokens": 4})
+            assert answer["metrics"]["reusedTokens"] >= stable
+        finally:
+            await stop_client(second)
+    finally:
+        server.stop()
 
 
 def test_health_endpoint_is_up(server: llama_server.RunningServer) -> None:

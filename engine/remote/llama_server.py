@@ -18,8 +18,9 @@ the slot) is a reported miss, never a silent one.
   build, the slot's context). It is read again before every prefill: a server restarted with
   another model or build is an identity miss.
 
-Not available, reported in ``capabilities`` and raised as ``UnsupportedCapabilityError``:
-snapshots and parked branches (the slot is the one sequence this session owns).
+Snapshots go through the server's slot save/restore (``engine.remote.slot_snapshots``) when
+it was started with ``--slot-save-path``; ``capabilities`` says whether it was. Parked branches
+are not available (the slot is the one sequence this session owns): ``UnsupportedCapabilityError``.
 """
 
 from __future__ import annotations
@@ -45,14 +46,17 @@ from engine.errors import (
     InvalidSessionStateError,
     ProfileMismatchError,
     RemoteError,
+    UnsupportedCapabilityError,
 )
 from engine.fim import KNOWN_FIM_TEXTS, FimTokens
 from engine.profile import Profile
+from engine.remote import slot_snapshots
 from engine.remote.client import ServerClient
 from engine.results import (
     GenerateResult,
     PrefillResult,
     SessionMetrics,
+    SnapshotResult,
     decode_rate,
     drain,
 )
@@ -166,6 +170,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             self._bos, self._eos = self._special_ids()
             self._fim = self._find_fim()
             self.identity = self._identity(self._facts)
+            self._slot_actions = self._probe_slot_actions()
         except Exception:
             self._client.close()
             raise
@@ -290,7 +295,8 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
 
     @property
     def capabilities(self) -> dict[str, bool]:
-        return {"snapshots": False, "branches": False, "cancel": True, "prefix_reuse": True}
+        return {"snapshots": self._slot_actions, "branches": False, "cancel": True,
+                "prefix_reuse": True}
 
     @property
     def fim_tokens(self) -> FimTokens | None:
@@ -559,6 +565,58 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ----------------------------------------------------------------- snapshots
+
+    def _probe_slot_actions(self) -> bool:
+        return slot_snapshots.slot_actions_enabled(self._client, self._slot)
+
+    def _require_slot_actions(self) -> None:
+        if not self._slot_actions:
+            raise UnsupportedCapabilityError(
+                f"the server at {self._client.base_url} keeps no slot files: start llama-server "
+                "with --slot-save-path DIR for snapshots", capability="snapshots",
+                backend=self.backend,
+            )
+
+    def save_snapshot(self, path: str | Path) -> SnapshotResult:
+        """Save the slot on the server (its ``--slot-save-path``) and write the local snapshot
+        that names the server's file."""
+        with self._exclusive("save_snapshot"):
+            self._require_slot_actions()
+            if not self._tokens or self._resident_identity is None or self._slot_tokens is None:
+                raise InvalidSessionStateError(
+                    "nothing resident to snapshot", resident=len(self._tokens)
+                )
+            result = slot_snapshots.save(
+                self._client, self._slot, Path(path), self._resident_identity, self._tokens,
+                meta={"backend": self.backend, "model": self.model_description,
+                      "last_recomputed": self._last_recomputed},
+            )
+            self.metrics.last_snapshot_save = result
+            return result
+
+    def load_snapshot(
+        self, path: str | Path, expect_prefix: Sequence[int] | None = None
+    ) -> SnapshotResult:
+        """Restore a snapshot into the slot. The local file (checksum, identity, the expected
+        prefix) is checked first, against the server as it is now; a refusal there leaves the
+        session as it was, a failed restore leaves nothing resident."""
+        with self._exclusive("load_snapshot"):
+            self._require_slot_actions()
+            self._check_identity(self.identity)  # the server as it is now
+            payload, ref = slot_snapshots.check(Path(path), self.identity, self.n_ctx,
+                                                expect_prefix)
+            self._tokens, self._slot_tokens = [], None
+            restored = slot_snapshots.restore(self._client, self._slot, Path(path), payload, ref)
+            self._tokens = restored.tokens
+            self._slot_tokens = (list(restored.tokens)
+                                 if restored.slot_tokens == len(restored.tokens) else None)
+            self._last_recomputed = bool(restored.meta.get("last_recomputed", False))
+            self._resident_identity = self.identity
+            self._cold_next = False
+            self.metrics.last_snapshot_load = restored.result
+            return restored.result
 
     # ----------------------------------------------------------------- unsupported
 

@@ -29,6 +29,7 @@ from contextasm.identity import ContextIdentity
 from engine.errors import ProfileMismatchError, RemoteError
 from engine.profile import Profile
 from engine.remote.llama_server import LlamaServerSession, Piece, _digest, server_identity
+from engine.session_base import WithoutSequenceState
 
 #: ``/v1/models`` ``owned_by`` of llama-server (its tokenize endpoints take other fields).
 LLAMA_CPP_OWNER = "llamacpp"
@@ -51,6 +52,13 @@ class OpenAiSession(LlamaServerSession):
     @classmethod
     def open(cls, profile: Profile) -> OpenAiSession:
         return cls(profile)
+
+    # No slot of its own: the server's shared block cache is what keeps a prefix.
+    save_snapshot = WithoutSequenceState.save_snapshot
+    load_snapshot = WithoutSequenceState.load_snapshot
+
+    def _probe_slot_actions(self) -> bool:
+        return False
 
     # ----------------------------------------------------------------- server facts
 
