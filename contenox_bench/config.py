@@ -57,6 +57,9 @@ class BenchConfig:
     backends_cold_sizes: tuple[int, ...] = (2048, 4096)  # cold prefill tokens/s points
     backends_prefix: int = 2048  # stable prefix of the warm changed-suffix row
     backends_suffix: int = 128  # its changed suffix (the user turn: cursor code + question)
+    # The remote section's edit trace (a, b on the llama-server backend; c, d on llama-server
+    # itself): two more language servers, so not in --quick.
+    remote_trace: bool = True
     backends_child_timeout_s: float = 1800.0  # hang guard per backend child, not a timing
     # Drift section: warm vs cold per reuse path. The prefix is longer than Gemma 3's
     # 512-token sliding window by default (restores keep only the window's cells).
@@ -106,6 +109,7 @@ QUICK = replace(
     backends_cold_sizes=(512, 1024),
     backends_prefix=512,
     backends_suffix=64,
+    remote_trace=False,
     drift_prefix=231,
     drift_tokens=16,
     trace=TraceConfig(

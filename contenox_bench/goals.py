@@ -90,7 +90,8 @@ def _remote(sec: dict[str, Any]) -> dict[str, Any]:
     measured = "; ".join(f"{n.removeprefix('cold_prefill_')} tokens: {_f(v)}×"
                          for n, v in ratios.items())
     return _goal("engine_vs_llama_server", text, met, measured or "no cold row", ratios,
-                 note="server: the cached portable build (see the section's note)")
+                 note="server: the cached native build of the same llama.cpp commit "
+                      "(see the section's note)")
 
 
 def _restart(sec: dict[str, Any]) -> dict[str, Any]:

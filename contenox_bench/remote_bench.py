@@ -12,7 +12,10 @@ The same token ids go to three paths, alternating order per repetition:
 
 Rows: cold prefill tokens/s per size; warm changed-suffix TTFT (stable prefix resident, a new
 suffix, one token generated) with the reuse the server reported; the per-request overhead of
-the remote backend (its wall time minus the server's own prompt + decode time).
+the remote backend (its wall time minus the server's own prompt + decode time). Outside
+``--quick``, the edit trace (section 3) once more with the profile's backend set to this
+llama-server: a and b are this language server on the remote backend, c and d run on the
+server itself (d: its prefix cache fed the editor-plugin order, what llama.vscode users get).
 
 Skipped, with the reason, where no llama-server binary is available.
 """
@@ -23,9 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contenox_bench import llama_server
+from contenox_bench import llama_server, trace
 from contenox_bench.config import BenchConfig
 from contenox_bench.corpus import Corpus, cold_reset
+from contenox_bench.profile_file import write_toml
 from contenox_bench.progress import Progress
 from contenox_bench.stats import median, ratio, summary
 
@@ -33,7 +37,8 @@ PATHS = ("engine", "server", "remote")
 
 
 def planned_units(cfg: BenchConfig) -> int:
-    return 1 + len(cfg.backends_cold_sizes) + 1
+    edit_trace = trace.planned_units(cfg) if cfg.remote_trace else 0
+    return 1 + len(cfg.backends_cold_sizes) + 1 + edit_trace
 
 
 def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
@@ -69,6 +74,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         finally:
             raw.close()
             remote.close()
+        edit_trace = (_edit_trace(remote_profile, cfg, tmp / "remote-trace", progress)
+                      if cfg.remote_trace else {"status": "not run in --quick"})
     finally:
         server.stop()
     return {
@@ -78,6 +85,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
                    "threads": threads or "all cores"},
         "rows": rows,
         "remote_overhead_ms": summary(overhead, "ms"),
+        "edit_trace": edit_trace,
         "note": "engine_over_server is the in-process engine's median tokens/s ÷ llama-server's "
                 "own (above 1: the engine is faster). Same llama.cpp commit, built the same way "
                 "(native), same threads, both with 32-token micro-batches and flash attention "
@@ -139,6 +147,21 @@ def _warm_row(session: Any, remote: Any, corpus: Corpus, cfg: BenchConfig) -> di
             "remote_over_engine": ratio(median(stats["remote"]), median(stats["engine"]))}
 
 
+def _edit_trace(profile: Any, cfg: BenchConfig, tmp: Path, progress: Progress
+                ) -> dict[str, Any]:
+    """Section 3's replay with the remote backend: its medians per system."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    profile_file = write_toml(profile, tmp / "remote-profile.toml")
+    sec = trace.run(cfg, profile, profile_file, None, tmp, tmp, progress)
+    if sec.get("status") != "ok":
+        return {"status": sec.get("status")}
+    return {"status": "ok", "systems": sec["systems"],
+            "ttft_ms": {k: v["median"] for k, v in sec["ttft_ms"].items()},
+            "new_tokens": {k: v["median"] for k, v in sec["new_tokens"].items()},
+            "ratios": sec["ratios"], "new_token_ratios": sec["new_token_ratios"],
+            "steps": len(sec["steps"]), "ttft_definition": sec["ttft_definition"]}
+
+
 def _overhead(remote: Any, wall_ms: float) -> None:
     """Wall time of a remote prefill minus the server's own prompt + decode time."""
     t = remote.metrics.extra.get("last_server_timings", {})
@@ -168,6 +191,21 @@ def markdown(sec: dict[str, Any]) -> list[str]:
     oh = sec.get("remote_overhead_ms", {})
     out += ["", f"Remote backend overhead per request (wall − server time): median "
             f"{_fmt(oh.get('median'))} ms.", "", sec["note"], ""]
+    return out + _trace_markdown(sec.get("edit_trace") or {"status": "not run"})
+
+
+def _trace_markdown(et: dict[str, Any]) -> list[str]:
+    out = ["### Edit trace on the llama-server backend", ""]
+    if et.get("status") != "ok":
+        return [*out, f"Status: {et.get('status')}", ""]
+    out += [f"{et['steps']} asks; TTFT: {et['ttft_definition']}", "",
+            "| system | median TTFT (ms) | median tokens prefilled at ask |", "|---|---|---|"]
+    for k, label in et["systems"].items():
+        out.append(f"| {k}. {label} | {_fmt(et['ttft_ms'].get(k))} | "
+                   f"{_fmt(et['new_tokens'].get(k), 0)} |")
+    r = et["ratios"]
+    out += ["", f"a/d TTFT {_fmt(r.get('a_over_d'), 3)}, a/c {_fmt(r.get('a_over_c'), 3)}; "
+            f"tokens prefilled a/d {_fmt(et['new_token_ratios'].get('a_over_d'), 3)}.", ""]
     return out
 
 

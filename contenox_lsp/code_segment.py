@@ -41,10 +41,15 @@ class CodeBudget:
 
     tokens: int = 1536
     cursor_share: float = 0.35
+    question_max: int = int(__import__("os").environ.get("CX_QM", "100000"))
+
+    @property
+    def question_tokens(self) -> int:
+        return min(self.question_max, self.tokens - int(self.tokens * self.cursor_share))
 
     @property
     def cursor_tokens(self) -> int:
-        return int(self.tokens * self.cursor_share)
+        return self.tokens - self.question_tokens
 
 
 DEFAULT_CODE_BUDGET = CodeBudget()
@@ -209,5 +214,6 @@ def code_inputs(
     hits = [s for s in finder.search(req.question, names, near_files=near, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
-    question_code, _ = _choose(hits, budget.tokens - used, count, question_focus)
+    question_code, _ = _choose(hits, min(budget.question_tokens, budget.tokens - used), count,
+                               question_focus)
     return tuple(cursor_code), tuple(question_code)

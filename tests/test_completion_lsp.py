@@ -190,3 +190,35 @@ async def test_bad_input_is_invalid_params(client: LanguageClient, workspace: Pa
         base["textDocument"] = {"uri": (workspace / "json" / "decoder.py").as_uri()}
     with pytest.raises(JsonRpcInvalidParams):
         await raw_request(client, types.TEXT_DOCUMENT_INLINE_COMPLETION, base)
+
+
+async def test_an_ask_where_a_completion_or_a_code_action_was_is_warm(
+    client: LanguageClient, workspace: Path
+) -> None:
+    """The server learns where the user is from the requests an editor sends there (no edit
+    needed): the idle prefill then warms the cursor context an ask at that line uses."""
+    decoder = workspace / "json" / "decoder.py"
+    text = decoder.read_text("utf-8")
+    uri = open_doc(client, decoder, text)
+    lines = text.split("\n")
+    at_action = next(i for i, t in enumerate(lines) if "def raw_decode" in t) + 1
+    at_completion = next(i for i, t in enumerate(lines) if "def decode(self" in t) + 1
+
+    async def cursor_status(line: int) -> str:
+        await wait_warm(client)
+        explained = await request(client, "contenox/explainContext", {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": 0},
+            "question": "Why is this here?"})
+        return str(next(s["status"] for s in explained["segments"]
+                        if s["label"] == "cursor context"))
+
+    point = {"line": at_action, "character": 0}
+    await raw_request(client, "textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
+        "context": {"diagnostics": []}})
+    assert await cursor_status(at_action) == "cached"
+    await raw_request(client, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri},
+        "position": {"line": at_completion, "character": len(lines[at_completion])},
+        "context": {"triggerKind": 2}}, timeout=300)
+    assert await cursor_status(at_completion) == "cached"

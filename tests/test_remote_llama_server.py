@@ -188,6 +188,34 @@ def test_cancel_mid_stream_ends_it_and_the_session_goes_on(remote: LlamaServerSe
     assert remote.generate(max_tokens=4).decode_tokens >= 1
 
 
+def test_a_cancelled_prefill_keeps_the_prefix_it_was_to_reuse(remote: LlamaServerSession
+                                                                ) -> None:
+    """An idle prefill cancelled by a keystroke: the slot still holds the prefix the request
+    was to reuse, and the session says so (else the next chunked prefill would start over and
+    cut the slot back to its first step)."""
+    prompt = _prompt(remote, "\n# cancelled\n")
+    remote.prefill(prompt)
+    longer = [*prompt, *remote.tokenize("\n# more text to compute\n" * 60, special=False)]
+    requests = remote._request
+
+    def cancel_at_first_progress(tokens: Any, n_predict: int, *, cache: bool = True) -> Any:
+        for piece in requests(tokens, n_predict, cache=cache):
+            remote.cancel()  # the first event of the request: at most one server batch done
+            yield piece
+
+    remote._request = cancel_at_first_progress  # type: ignore[method-assign]
+    try:
+        with pytest.raises(CancelledError) as err:
+            remote.prefill(longer)
+    finally:
+        del remote._request
+    kept = _whole_chunks(len(prompt) - 1)
+    assert err.value.data["committed_tokens"] == kept == remote.n_resident
+    assert remote.warm_prefix(longer) == kept
+    again = remote.prefill(longer)
+    assert again.reused_tokens >= kept and again.miss_reason is None
+
+
 def test_over_context_is_refused_before_any_request(remote: LlamaServerSession) -> None:
     before = remote.metrics.prefill_calls
     with pytest.raises(ContextOverflowError):

@@ -15,6 +15,7 @@ from typing import Any
 from lsprotocol import types
 
 from contenox_lsp import params as P
+from contenox_lsp.documents import open_document
 from contenox_lsp.handlers.common import (
     add_pin,
     remove_pins,
@@ -76,6 +77,12 @@ def code_action(ls: ContenoxServer, params: types.CodeActionParams) -> list[type
     else:
         actions.append(_action("Contenox: Pin this file", KIND_PIN, CMD_PIN, [{"uri": uri}]))
     only = params.context.only
+    rt = ls.runtime
+    if (not has_selection and not only and rt is not None
+            and open_document(ls.workspace, path) is not None):
+        # Editors ask for the actions at the cursor as it moves (VS Code does so on every
+        # move): where the user is, so the idle prefill warms an ask there.
+        rt.cursor_at(path, rng.start.line)
     if only:
         actions = [a for a in actions if a.kind is not None and _kind_matches(a.kind, only)]
     return actions

@@ -55,6 +55,7 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     rt = ls.runtime
     if rt is None or rt.worker.session is None:
         return EMPTY  # the model is loading: nothing, not an error
+    rt.cursor_at(path, pos.line)  # where the user is: the idle prefill warms the ask there
     column = _column(ls, line_text, pos.character)
     win = cursor_window(doc.source, pos.line, column)
     previous = ls.completion_task

@@ -412,10 +412,19 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 raise
             keep = self._reusable(toks)
             self._tokens = []  # until the server confirms, nothing is known to be resident
-            cut = self._align_slot(toks, keep)
-            self._slot_tokens = None
-            final, generated = self._final_piece(
-                self._request(toks, 0, cache=cut is None or cut > 0), stage="prefill")
+            try:
+                cut = self._align_slot(toks, keep)
+                self._slot_tokens = None
+                final, generated = self._final_piece(
+                    self._request(toks, 0, cache=cut is None or cut > 0), stage="prefill")
+            except CancelledError as exc:
+                # The server changes a slot only from where a prompt departs from it, so the
+                # prefix this request was to reuse is still there: a cancelled idle prefill
+                # must not make the next one start over (and cut the slot back to its first
+                # step). The next prefill checks it against the server's own count anyway.
+                self._keep_after_cancel(toks, keep, ident)
+                exc.data.update(committed_tokens=len(self._tokens))
+                raise
             self._cold_next = False
             served = self._reported_reuse(final, toks, keep)
             # What came from before this call: a cut request (if one ran) reports it.
@@ -435,6 +444,13 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 reused_tokens=reused, new_tokens=computed, prefill_ms=_ms(t0),
                 total_tokens=len(toks), miss_reason=reason,
             ))
+
+    def _keep_after_cancel(self, toks: Sequence[int], keep: int,
+                           ident: ContextIdentity) -> None:
+        self._tokens = list(toks[:keep])
+        self._slot_tokens = None  # what the server did with the rest is unknown
+        self._last_recomputed = False
+        self._resident_identity = ident if keep else self._resident_identity
 
     def _reusable(self, toks: Sequence[int]) -> int:
         """How many leading tokens of ``toks`` this prefill may take from the slot: the common
