@@ -9,7 +9,7 @@ cursor part and the pins already show.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from contextasm import CodeSnippet
@@ -37,20 +37,38 @@ FOCUS_CONTEXT = 2
 @dataclass(frozen=True)
 class CodeBudget:
     """Tokens for segment J: ``cursor_share`` of ``tokens`` at most for the cursor part, the
-    rest (and what the cursor part left) for the question part."""
+    rest (and what the cursor part left) for the question part — at most ``question_max``
+    when set.
+
+    The question part is prefilled at every ask (it depends on the question), the cursor part
+    in idle time: ``question_max`` bounds what an ask costs (``for_prefill_rate``). The cursor
+    part's budget never depends on it, so the idle prompt stays the same whatever the bound."""
 
     tokens: int = 1536
     cursor_share: float = 0.35
-    question_max: int = int(__import__("os").environ.get("CX_QM", "100000"))
-
-    @property
-    def question_tokens(self) -> int:
-        return min(self.question_max, self.tokens - int(self.tokens * self.cursor_share))
+    question_max: int | None = None
 
     @property
     def cursor_tokens(self) -> int:
-        return self.tokens - self.question_tokens
+        return int(self.tokens * self.cursor_share)
 
+    def question_room(self, cursor_used: int) -> int:
+        """Tokens for the question part when the cursor part used ``cursor_used``."""
+        room = self.tokens - cursor_used
+        return room if self.question_max is None else min(self.question_max, room)
+
+    def for_prefill_rate(self, tokens_per_s: float | None, question_ms: int) -> CodeBudget:
+        """This budget with its question part bounded by what the engine prefills in
+        ``question_ms`` at ``tokens_per_s`` (at least ``QUESTION_MIN_TOKENS``); unchanged when
+        the rate is not known yet or ``question_ms`` is 0."""
+        if tokens_per_s is None or question_ms <= 0:
+            return self
+        cap = max(QUESTION_MIN_TOKENS, int(tokens_per_s * question_ms / 1000.0))
+        return replace(self, question_max=cap)
+
+
+#: The question part's floor under a latency bound (a definition or two).
+QUESTION_MIN_TOKENS = 128
 
 DEFAULT_CODE_BUDGET = CodeBudget()
 
@@ -214,6 +232,5 @@ def code_inputs(
     hits = [s for s in finder.search(req.question, names, near_files=near, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
-    question_code, _ = _choose(hits, min(budget.question_tokens, budget.tokens - used), count,
-                               question_focus)
+    question_code, _ = _choose(hits, budget.question_room(used), count, question_focus)
     return tuple(cursor_code), tuple(question_code)

@@ -19,6 +19,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
     "prefillOnIdle": ("prefill_on_idle", (bool,), "true or false"),
     "repoMapTokens": ("repo_map_tokens", (int,), "an integer between 0 and 65536"),
     "codeTokens": ("code_tokens", (int,), "an integer between 0 and 65536"),
+    "questionCodeMs": ("question_code_ms", (int,), "an integer between 0 and 600000"),
     "maxTokens": ("max_tokens", (int,), "an integer between 1 and 4096"),
     "snapshotDir": ("snapshot_dir", (str,), "a directory path"),
     "autoSnapshots": ("auto_snapshots", (bool,), "true or false"),
@@ -29,6 +30,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "debounce_ms": (0, 60_000),
     "repo_map_tokens": (0, 65_536),
     "code_tokens": (0, 65_536),
+    "question_code_ms": (0, 600_000),
     "max_tokens": (1, 4096),
 }
 
@@ -50,8 +52,12 @@ class ServerOptions:
     repo_map_tokens: int = 1024
     """Token budget of the repo-map segment."""
     code_tokens: int = 1536
-    """Token budget of the code segments (J): 35% at most for the definitions the cursor's
-    code uses, the rest for those matching the question."""
+    """Token budget of the code segments (J): 35% for the definitions the cursor's code uses,
+    the rest for those matching the question (bounded by ``question_code_ms``)."""
+    question_code_ms: int = 1000
+    """Prefill time an ask may spend on the code its question finds (it cannot be prefilled
+    before the question): that part gets at most what the engine's measured prefill rate
+    computes in this time, the rest goes to the cursor's code. 0: no bound."""
     max_tokens: int = 256
     """Default answer length for asks and code actions."""
     snapshot_dir: str | None = None
@@ -124,6 +130,9 @@ def add_server_arguments(parser: Any) -> None:
                         help="token budget of the repo map (default 1024)")
     parser.add_argument("--code-tokens", type=int, default=None,
                         help="token budget of the code segments (default 1536; 0 = none)")
+    parser.add_argument("--question-code-ms", type=int, default=None,
+                        help="prefill time an ask may spend on the code its question finds "
+                             "(default 1000; 0 = no bound)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="default answer length (default 256)")
     parser.add_argument("--snapshot-dir", default=None, help="where snapshots are kept")
@@ -137,7 +146,7 @@ def options_from_args(ns: Any) -> ServerOptions:
     opts = ServerOptions()
     changes: dict[str, Any] = {}
     for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "code_tokens",
-                 "max_tokens",
+                 "question_code_ms", "max_tokens",
                  "snapshot_dir", "log_level"):
         v = getattr(ns, name, None)
         if v is None:

@@ -216,10 +216,14 @@ class Runtime:
         state = self._editor_state()
         answer = max(self.options.max_tokens, max_new_tokens or 0)
 
+        # The question's code is prefilled at the ask itself: bounded by the time it may take.
+        code_budget = self.context.code_budget.for_prefill_rate(
+            session.metrics.prefill_rate(), self.options.question_code_ms)
+
         def build(svc: ContextService) -> Assembly:
             return assemble_turn(state, turn, svc.index, session,
                                  map_tokens=svc.repo_map_tokens, answer_tokens=answer,
-                                 finder=svc.finder, code_budget=svc.code_budget)
+                                 finder=svc.finder, code_budget=code_budget)
 
         with structured_errors():
             return await self.context.call(build)

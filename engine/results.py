@@ -60,6 +60,10 @@ class BranchInfo:
     tokens: int
 
 
+#: A prefill computing fewer tokens than this is not counted in ``SessionMetrics.prefill_rate``.
+RATE_MIN_TOKENS = 64
+
+
 @dataclass
 class SessionMetrics:
     """Running totals and the last call's figures; read by status views and benchmarks."""
@@ -72,6 +76,9 @@ class SessionMetrics:
     reused_tokens_total: int = 0
     new_tokens_total: int = 0
     decode_tokens_total: int = 0
+    # Prefills that computed at least RATE_MIN_TOKENS (smaller ones say little about speed).
+    rated_tokens_total: int = 0
+    rated_ms_total: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def record_prefill(self, result: PrefillResult) -> PrefillResult:
@@ -79,7 +86,17 @@ class SessionMetrics:
         self.prefill_calls += 1
         self.reused_tokens_total += result.reused_tokens
         self.new_tokens_total += result.new_tokens
+        if result.new_tokens >= RATE_MIN_TOKENS and result.prefill_ms > 0:
+            self.rated_tokens_total += result.new_tokens
+            self.rated_ms_total += result.prefill_ms
         return result
+
+    def prefill_rate(self) -> float | None:
+        """Tokens/s this session has prefilled at (None until a prefill of at least
+        ``RATE_MIN_TOKENS`` new tokens ran)."""
+        if not self.rated_tokens_total:
+            return None
+        return self.rated_tokens_total / (self.rated_ms_total / 1000.0)
 
     def record_generate(self, result: GenerateResult) -> GenerateResult:
         self.last_generate = result

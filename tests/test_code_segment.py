@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from test_contextasm_support import LlamaVocabTokenizer, load_tokenizer, make_identity
 
-from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs, render_snippet
+from contenox_lsp.code_segment import (
+    QUESTION_MIN_TOKENS,
+    CodeBudget,
+    CodeRequest,
+    code_inputs,
+    render_snippet,
+)
 from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
 from repo_index import RepoIndex
@@ -191,6 +197,34 @@ def test_the_cursor_part_does_not_depend_on_the_question(workspace: Path,
     shown = {(c.path, c.line) for c in asked[0]}
     assert not shown & {(c.path, c.line) for c in asked[1]}  # no repeats across the two
     assert all(c.path == "config/parser.py" for c in asked[0])
+
+
+def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
+                                                      gemma: LlamaVocabTokenizer) -> None:
+    """The question's code is prefilled at the ask: ``for_prefill_rate`` caps it at what the
+    engine computes in the time given, never below a floor, and leaves the cursor part (the
+    idle prompt) as it was."""
+    budget = CodeBudget(1200)
+    assert budget.for_prefill_rate(None, 1000) == budget  # no rate measured yet
+    assert budget.for_prefill_rate(500.0, 0) == budget  # no bound asked for
+    assert budget.for_prefill_rate(300.0, 500).question_max == 150
+    assert budget.for_prefill_rate(10.0, 1000).question_max == QUESTION_MIN_TOKENS
+    bounded = budget.for_prefill_rate(140.0, 1000)
+    assert bounded.cursor_tokens == budget.cursor_tokens
+
+    finder = finder_for(workspace)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    def cost(snippets: tuple[CodeSnippet, ...]) -> int:
+        return sum(count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + 8 for c in snippets)
+
+    question = request(workspace, "how are quotes stripped and values loaded?")
+    free = code_inputs(finder, question, count, budget, read_disk_text)
+    capped = code_inputs(finder, question, count, bounded, read_disk_text)
+    assert capped[0] == free[0] and capped[0]  # the cursor part is the same
+    assert cost(free[1]) > 140 >= cost(capped[1]) > 0
 
 
 def test_a_pinned_definition_is_not_repeated(workspace: Path, gemma: LlamaVocabTokenizer) -> None:

@@ -37,6 +37,7 @@ from engine import (
     load_profile,
     open_session,
 )
+from engine.results import RATE_MIN_TOKENS, PrefillResult, SessionMetrics
 from engine.snapshot_file import read_snapshot, write_snapshot
 
 N_GEN = 16
@@ -481,3 +482,16 @@ def test_snapshot_of_another_prefix_than_expected_is_refused(
     assert s.resident_tokens == before
     loaded = s.load_snapshot(snap, expect_prefix=a[: 2 * chunk(s)])
     assert loaded.tokens == len(a) and s.resident_tokens == a
+
+
+def test_the_prefill_rate_counts_prefills_that_computed_enough_tokens() -> None:
+    metrics = SessionMetrics()
+    assert metrics.prefill_rate() is None
+    metrics.record_prefill(PrefillResult(reused_tokens=900, new_tokens=RATE_MIN_TOKENS - 1,
+                                         prefill_ms=500.0, total_tokens=963))
+    assert metrics.prefill_rate() is None  # a small suffix says little about speed
+    metrics.record_prefill(PrefillResult(reused_tokens=0, new_tokens=400, prefill_ms=2000.0,
+                                         total_tokens=400))
+    metrics.record_prefill(PrefillResult(reused_tokens=0, new_tokens=200, prefill_ms=1000.0,
+                                         total_tokens=200))
+    assert metrics.prefill_rate() == pytest.approx(200.0)

@@ -29,6 +29,9 @@ FAST_OPTIONS: dict[str, Any] = {
     "debounceMs": 150,
     "repoMapTokens": 192,
     "codeTokens": 384,  # small prompts keep the suite fast (the default is 1536)
+    # The question's code part not bounded by this machine's prefill rate: the same prompt on
+    # every machine, and the CLI's (tests/test_turn_golden.py).
+    "questionCodeMs": 0,
     "maxTokens": 16,
     "logLevel": "info",
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest_asyncio
 from lsprotocol import types
 from test_lsp_support import copy_stdlib_json
 
+from contenox_lsp.code_segment import QUESTION_MIN_TOKENS
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Reporter
@@ -165,6 +167,34 @@ async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) 
 
     # The warmed cursor context gives the cold run's greedy answer.
     assert out["text"] == await rt.run_user_job(cold, "cold reference")
+
+
+async def test_the_questions_code_is_bounded_by_the_measured_prefill_rate(runtime: Any) -> None:
+    """questionCodeMs: the code found by the question is prefilled at the ask, so it gets what
+    the engine's measured rate computes in that time; everything before it is unchanged."""
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    assert rt.worker.session is not None
+    assert rt.worker.session.metrics.prefill_rate() is not None  # the idle prefill measured it
+    decoder = rt.roots()[0] / "json" / "decoder.py"
+    line = editor.buffers[decoder].split("\n").index(BODY_LINE.rstrip("\n"))
+    turn = turn_at(rt.roots(), decoder, "How are JSON documents decoded and scanned?",
+                   text=editor.buffers[decoder], line=line)
+
+    def question_code(asm: Assembly) -> int:
+        return sum(s.n_tokens for s in asm.segments if s.label == "code (question)")
+
+    options = rt.options
+    try:
+        rt.options = dataclasses.replace(options, question_code_ms=0)
+        free = await rt.assemble(turn, 8)
+        rt.options = dataclasses.replace(options, question_code_ms=1)  # the floor
+        bounded = await rt.assemble(turn, 8)
+    finally:
+        rt.options = options
+    assert question_code(bounded) <= QUESTION_MIN_TOKENS < question_code(free)
+    start = next(s.token_start for s in free.segments if s.label == "code (question)")
+    assert bounded.tokens[:start] == free.tokens[:start]
 
 
 async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
