@@ -17,12 +17,13 @@ import json
 import os
 import struct
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contextasm.identity import ContextIdentity
-from engine.errors import SnapshotCorruptError
+from engine.errors import SnapshotCorruptError, SnapshotIncompatibleError
 
 MAGIC = b"CNXSNAP1"
 _LEN = struct.Struct("<I")
@@ -118,3 +119,29 @@ def read_snapshot(path: Path) -> SnapshotPayload:
     if len(state) != state_len:
         raise corrupt("state length does not match header")
     return SnapshotPayload(identity=identity, tokens=tokens, state=state, meta=meta)
+
+
+def check_compatible(payload: SnapshotPayload, path: Path | str, identity: ContextIdentity,
+                     n_ctx: int, expect_prefix: Sequence[int] | None) -> None:
+    """Raise ``SnapshotIncompatibleError`` unless a verified snapshot fits the session: made
+    under the same identity, holding 1..``n_ctx`` tokens, and (given ``expect_prefix``, the
+    tokens the caller's store entry is keyed by) starting with that prefix."""
+    field = payload.identity.first_mismatch(identity)
+    if field is not None:
+        raise SnapshotIncompatibleError(
+            f"snapshot {path} was made under another '{field}'", path=str(path), field=field,
+            snapshot=getattr(payload.identity, field), session=getattr(identity, field),
+        )
+    if not payload.tokens or len(payload.tokens) > n_ctx:
+        raise SnapshotIncompatibleError(
+            f"snapshot {path} holds {len(payload.tokens)} tokens; context is {n_ctx}",
+            path=str(path), field="n_tokens",
+        )
+    if expect_prefix is not None and (
+        len(payload.tokens) < len(expect_prefix)
+        or payload.tokens[: len(expect_prefix)] != list(expect_prefix)
+    ):
+        raise SnapshotIncompatibleError(
+            f"snapshot {path} holds another prefix than the one it is stored for",
+            path=str(path), field="tokens",
+        )

@@ -49,7 +49,6 @@ from engine.errors import (
     InvalidSessionStateError,
     NoKvSlotError,
     SnapshotCorruptError,
-    SnapshotIncompatibleError,
 )
 from engine.fim import FimTokens
 from engine.llama.model import LoadedModel, backend_version, context_params, load_model
@@ -65,7 +64,7 @@ from engine.results import (
     drain,
 )
 from engine.session_base import SessionBase, check_prompt
-from engine.snapshot_file import SnapshotPayload, read_snapshot, write_snapshot
+from engine.snapshot_file import SnapshotPayload, check_compatible, read_snapshot, write_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -634,30 +633,7 @@ class LlamaSession(SessionBase):
         with self._exclusive("load_snapshot"):
             t0 = time.perf_counter()
             payload = read_snapshot(Path(path))
-            field = payload.identity.first_mismatch(self.identity)
-            if field is not None:
-                raise SnapshotIncompatibleError(
-                    f"snapshot {path} was made under another '{field}'",
-                    path=str(path),
-                    field=field,
-                    snapshot=getattr(payload.identity, field),
-                    session=getattr(self.identity, field),
-                )
-            if not payload.tokens or len(payload.tokens) > self.n_ctx:
-                raise SnapshotIncompatibleError(
-                    f"snapshot {path} holds {len(payload.tokens)} tokens; context is {self.n_ctx}",
-                    path=str(path),
-                    field="n_tokens",
-                )
-            if expect_prefix is not None and (
-                len(payload.tokens) < len(expect_prefix)
-                or payload.tokens[: len(expect_prefix)] != list(expect_prefix)
-            ):
-                raise SnapshotIncompatibleError(
-                    f"snapshot {path} holds another prefix than the one it is stored for",
-                    path=str(path),
-                    field="tokens",
-                )
+            check_compatible(payload, path, self.identity, self.n_ctx, expect_prefix)
             self._ensure_context()
             self._flush_copies()
             spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ

@@ -24,10 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from contextasm.identity import ContextIdentity
-from engine.errors import RemoteError, SnapshotCorruptError, SnapshotIncompatibleError
+from engine.errors import RemoteError, SnapshotCorruptError
 from engine.remote.client import ServerClient
 from engine.results import SnapshotResult
-from engine.snapshot_file import SnapshotPayload, read_snapshot, write_snapshot
+from engine.snapshot_file import (
+    SnapshotPayload,
+    check_compatible,
+    read_snapshot,
+    write_snapshot,
+)
 
 #: ``state`` of a slot snapshot starts with this (the in-process engine's state is raw KV).
 STATE_KIND = "llama-server-slot-file"
@@ -109,22 +114,7 @@ def check(path: Path, identity: ContextIdentity, n_ctx: int,
     """Read and verify the local snapshot (checksum, identity, size, the prefix the caller's
     store keys it by) and the server file it names; nothing is sent to the server."""
     payload = read_snapshot(path)
-    field = payload.identity.first_mismatch(identity)
-    if field is not None:
-        raise SnapshotIncompatibleError(
-            f"snapshot {path} was made under another '{field}'", path=str(path), field=field,
-            snapshot=getattr(payload.identity, field), session=getattr(identity, field),
-        )
-    if not payload.tokens or len(payload.tokens) > n_ctx:
-        raise SnapshotIncompatibleError(
-            f"snapshot {path} holds {len(payload.tokens)} tokens; context is {n_ctx}",
-            path=str(path), field="n_tokens",
-        )
-    if expect_prefix is not None and payload.tokens[: len(expect_prefix)] != list(expect_prefix):
-        raise SnapshotIncompatibleError(
-            f"snapshot {path} holds another prefix than the one it is stored for",
-            path=str(path), field="tokens",
-        )
+    check_compatible(payload, path, identity, n_ctx, expect_prefix)
     return payload, _reference(payload, path)
 
 
