@@ -159,6 +159,7 @@ def _edit_trace(profile: Any, cfg: BenchConfig, tmp: Path, progress: Progress
             "ttft_ms": {k: v["median"] for k, v in sec["ttft_ms"].items()},
             "new_tokens": {k: v["median"] for k, v in sec["new_tokens"].items()},
             "ratios": sec["ratios"], "new_token_ratios": sec["new_token_ratios"],
+            "ask_overhead_ms": {k: v["median"] for k, v in sec["ask_overhead_ms"].items()},
             "steps": len(sec["steps"]), "ttft_definition": sec["ttft_definition"]}
 
 
@@ -205,7 +206,9 @@ def _trace_markdown(et: dict[str, Any]) -> list[str]:
                    f"{_fmt(et['new_tokens'].get(k), 0)} |")
     r = et["ratios"]
     out += ["", f"a/d TTFT {_fmt(r.get('a_over_d'), 3)}, a/c {_fmt(r.get('a_over_c'), 3)}; "
-            f"tokens prefilled a/d {_fmt(et['new_token_ratios'].get('a_over_d'), 3)}.", ""]
+            f"tokens prefilled a/d {_fmt(et['new_token_ratios'].get('a_over_d'), 3)}; per-ask "
+            f"overhead beside the model's work (client TTFT − engine TTFT) a "
+            f"{_fmt(et['ask_overhead_ms'].get('a'))} ms.", ""]
     return out
 
 

@@ -218,8 +218,13 @@ def _trace(sec: dict[str, Any]) -> list[str]:
             f"{_num(r['a_over_d'], 3)}, b/d = {_num(r['b_over_d'], 3)}. The same ratios of the "
             f"median tokens prefilled at ask time (the work, independent of machine load): "
             f"a/c = {_num(nr['a_over_c'], 3)}, a/d = {_num(nr['a_over_d'], 3)}, "
-            f"b/d = {_num(nr['b_over_d'], 3)}. The user turn (question + code around the "
-            f"cursor, never pre-prefilled) is {_stat(sec['user_turn_tokens'], _r0)} tokens.", ""]
+            f"b/d = {_num(nr['b_over_d'], 3)}. The user turn (the question, never "
+            f"pre-prefilled) is {_stat(sec['user_turn_tokens'], _r0)} tokens.", ""]
+    oh = sec.get("ask_overhead_ms")
+    if oh:
+        out += [f"Per-ask overhead beside the model's work (client TTFT − the engine's TTFT: "
+                f"assembly, JSON-RPC, scheduling): a {_stat(oh['a'])} ms, b {_stat(oh['b'])} "
+                "ms.", ""]
     if sec["prompt_rebuild_mismatches"]:
         out += [f"Prompt rebuilt for c/d differs in length at: {sec['prompt_rebuild_mismatches']}",
                 ""]

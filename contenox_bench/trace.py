@@ -199,6 +199,7 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
                 "response_ms": total_ms,
                 "server_ttft_ms": result["metrics"].get("ttftMs"),
                 "server_prefill_ms": result["metrics"].get("prefillMs"),
+                "engine_ttft_ms": result["metrics"].get("engineTtftMs"),
                 "prompt_tokens": result["metrics"].get("promptTokens"),
                 "reused_tokens": result["metrics"].get("reusedTokens"),
                 "new_tokens": result["metrics"].get("newTokens"),
@@ -309,6 +310,10 @@ def _report(cfg: BenchConfig, root: Path, targets: Any, runs: dict[str, dict[str
             "b_over_d": ratio(ntm["b"], ntm["d"]),
         },
         "user_turn_tokens": summary([_user_tokens(s) for s in a_steps], "tokens"),
+        # What an ask costs beside the model's own work: assembly, JSON-RPC, scheduling.
+        "ask_overhead_ms": {k: summary([s[k]["ttft_ms"] - s[k]["engine_ttft_ms"] for s in steps
+                                        if s[k]["engine_ttft_ms"] is not None], "ms")
+                            for k in ("a", "b")},
         "prompt_rebuild_mismatches": mismatched,
         "server_messages": runs["a"]["messages"] + runs["b"]["messages"],
         "ttft_definition": TTFT_DEFINITION,
@@ -322,6 +327,6 @@ def _user_tokens(step: dict[str, Any]) -> int:
 
 def _sys_row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: r[k] for k in ("ttft_ms", "response_ms", "server_ttft_ms", "server_prefill_ms",
-                              "prompt_tokens",
+                              "engine_ttft_ms", "prompt_tokens",
                               "reused_tokens", "new_tokens", "state_before_ask",
                               "pending_prefill_tokens_before_ask")}
