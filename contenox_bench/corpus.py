@@ -158,15 +158,23 @@ def primer_tokens(session: Any) -> list[int]:
     return list(session.tokenize(PRIMER_TEXT, special=False))
 
 
+#: Backends whose ``reset()`` means "the next request recomputes its prompt" (engine.remote).
+REMOTE_BACKENDS = ("llama-server", "openai")
+
+
 def cold_reset(session: Any, primer: Sequence[int]) -> None:
     """An empty cache, then one short unrelated request (not timed) before a cold measurement.
 
     ``reset()`` clears llama.cpp's KV but rebuilds OpenVINO's whole pipeline (its prefix cache
     lives there), whose first inference then pays a one-time setup a running server never pays
-    again; the primer takes that cost, so "cold" means "nothing cached" on every backend.
+    again; the primer takes that cost, so "cold" means "nothing cached" on every backend. A
+    remote server has no such setup, and its reset holds for the next request only (which must
+    be the measured one: llama-server would otherwise find the prompt in its RAM prompt cache,
+    ``--cache-ram``), so there is no primer.
     """
     session.reset()
-    session.prefill(primer)
+    if getattr(session, "backend", "") not in REMOTE_BACKENDS:
+        session.prefill(primer)
 
 
 def _cycle(tokens: list[int], n: int) -> list[int]:
