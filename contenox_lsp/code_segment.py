@@ -70,6 +70,24 @@ class CodeBudget:
 #: The question part's floor under a latency bound (a definition or two).
 QUESTION_MIN_TOKENS = 128
 
+
+class SteadyRate:
+    """A measured rate that moves only when a new measurement leaves a band around it, so the
+    bound it sets (and the prompt) does not change with every prefill's noise: an explain
+    right after an ask shows the ask's prompt."""
+
+    BAND = 1.5
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def update(self, measured: float | None) -> float | None:
+        if measured is not None and (
+            self.value is None or not self.value / self.BAND <= measured <= self.value * self.BAND
+        ):
+            self.value = measured
+        return self.value
+
 DEFAULT_CODE_BUDGET = CodeBudget()
 
 

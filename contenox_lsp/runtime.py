@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from lsprotocol import types
 
 from contenox_lsp.auto_snapshots import AutoSnapshots
-from contenox_lsp.code_segment import CodeBudget
+from contenox_lsp.code_segment import CodeBudget, SteadyRate
 from contenox_lsp.completion.service import CompletionService
 from contenox_lsp.context import ContextService
 from contenox_lsp.conversations import Conversations, prompt_outputs
@@ -90,6 +90,7 @@ class Runtime:
         self.worker = EngineWorker(opener or open_engine(options))
         self.context = ContextService(roots(), options.repo_map_tokens,
                                       CodeBudget(options.code_tokens))
+        self._question_rate = SteadyRate()  # the prefill rate that bounds the question's code
         self.snapshots = AutoSnapshots(
             self.worker, lambda s: workspace_store(options.snapshot_dir, self.roots(), s),
             enabled=options.auto_snapshots)
@@ -218,7 +219,8 @@ class Runtime:
 
         # The question's code is prefilled at the ask itself: bounded by the time it may take.
         code_budget = self.context.code_budget.for_prefill_rate(
-            session.metrics.prefill_rate(), self.options.question_code_ms)
+            self._question_rate.update(session.metrics.prefill_rate()),
+            self.options.question_code_ms)
 
         def build(svc: ContextService) -> Assembly:
             return assemble_turn(state, turn, svc.index, session,

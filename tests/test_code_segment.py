@@ -14,6 +14,7 @@ from contenox_lsp.code_segment import (
     QUESTION_MIN_TOKENS,
     CodeBudget,
     CodeRequest,
+    SteadyRate,
     code_inputs,
     render_snippet,
 )
@@ -225,6 +226,17 @@ def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
     capped = code_inputs(finder, question, count, bounded, read_disk_text)
     assert capped[0] == free[0] and capped[0]  # the cursor part is the same
     assert cost(free[1]) > 140 >= cost(capped[1]) > 0
+
+
+def test_the_rate_behind_the_bound_ignores_noise() -> None:
+    """Each prefill moves the measured rate a little; the bound (and so the prompt an explain
+    shows right after an ask) moves only when the rate leaves a band around the one in use."""
+    rate = SteadyRate()
+    assert rate.update(None) is None
+    assert rate.update(200.0) == 200.0
+    assert rate.update(250.0) == 200.0 and rate.update(140.0) == 200.0
+    assert rate.update(320.0) == 320.0  # beyond 1.5x: a different machine load, or model
+    assert rate.update(None) == 320.0
 
 
 def test_a_pinned_definition_is_not_repeated(workspace: Path, gemma: LlamaVocabTokenizer) -> None:
