@@ -161,7 +161,8 @@ class IdlePrefill:
                 return  # the hold timer kicks again
             pending = self.pending_tokens()
             assembly = self.assembly
-            if pending > 0 and self.snapshots is not None and assembly is not None:
+            if self.snapshots is not None and assembly is not None:
+                # Also when nothing is pending: a save a keystroke cancelled is due again.
                 await self._snapshot_step(target, assembly)
                 pending = self.pending_tokens() if self.target is target else 0
             if pending > 0:
