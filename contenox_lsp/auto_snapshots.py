@@ -126,9 +126,9 @@ class AutoSnapshots:
         resident = session.resident_tokens
         if common_prefix_length(resident, assembly.tokens) >= n and len(resident) > n:
             return None  # already past it: saved, or saved at shutdown
-        # Exactly the stable prefix resident: a save that a keystroke cancelled is due again.
+        # Below it, or exactly at it (a save that a keystroke cancelled is due again).
         if assembly.prefix_key(n) in self._refused:
-            return None
+            return None  # the store or the backend refused it in this session
         store = self.store(session)
         if await asyncio.to_thread(store.get, assembly.prefix_key(n)) is not None:
             return None

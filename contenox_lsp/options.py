@@ -57,7 +57,7 @@ class ServerOptions:
     question_code_ms: int = 1000
     """Prefill time an ask may spend on the code its question finds (it cannot be prefilled
     before the question): that part gets at most what the engine's measured prefill rate
-    computes in this time, the rest goes to the cursor's code. 0: no bound."""
+    computes in this time (the cursor's part keeps its share). 0: no bound."""
     max_tokens: int = 256
     """Default answer length for asks and code actions."""
     snapshot_dir: str | None = None
