@@ -30,7 +30,7 @@ from typing import Any
 
 from contenox_lsp.snapshot_store import load_entry, snapshot_writer
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
-from contextasm import Assembly, SnapshotKey, SnapshotStore
+from contextasm import Assembly, SnapshotStore
 from contextasm.manifest import common_prefix_length
 from engine import Session
 from engine.errors import EngineError
@@ -56,7 +56,6 @@ class AutoSnapshots:
         """The last snapshot saved: ``{tokens, label}``."""
         self.skipped: str | None = None
         """Why the last restore or save was skipped (a corrupt file, a refusal), if it was."""
-        self._refused: set[SnapshotKey] = set()
 
     def active(self, session: Session | None) -> bool:
         return (self._enabled and session is not None
@@ -123,12 +122,8 @@ class AutoSnapshots:
         if not self.active(session) or n == 0:
             return None
         assert session is not None
-        resident = session.resident_tokens
-        if common_prefix_length(resident, assembly.tokens) >= n and len(resident) > n:
+        if common_prefix_length(session.resident_tokens, assembly.tokens) >= n:
             return None  # already past it: saved, or saved at shutdown
-        # Below it, or exactly at it (a save that a keystroke cancelled is due again).
-        if assembly.prefix_key(n) in self._refused:
-            return None  # the store or the backend refused it in this session
         store = self.store(session)
         if await asyncio.to_thread(store.get, assembly.prefix_key(n)) is not None:
             return None
@@ -145,7 +140,6 @@ class AutoSnapshots:
             pass
         except EngineError as exc:
             self.skipped = f"snapshot save skipped: {exc}"
-            self._refused.add(assembly.prefix_key(assembly.stable_end))  # no retry per kick
             logger.warning("%s", self.skipped)
 
     def remember(self, assembly: Assembly) -> None:
@@ -191,7 +185,6 @@ class AutoSnapshots:
                               label=f"auto: stable prefix, {n} tokens")
             if entry is None:
                 self.skipped = "snapshot save refused by the store's byte budget"
-                self._refused.add(key)  # not asked again for this prefix
                 return
             self.saved = {"tokens": n, "label": entry.label}
             logger.info("saved the stable prefix (%d tokens) as a snapshot", n)

@@ -161,8 +161,7 @@ class IdlePrefill:
                 return  # the hold timer kicks again
             pending = self.pending_tokens()
             assembly = self.assembly
-            if self.snapshots is not None and assembly is not None:
-                # Also when nothing is pending: a save a keystroke cancelled is due again.
+            if pending > 0 and self.snapshots is not None and assembly is not None:
                 await self._snapshot_step(target, assembly)
                 pending = self.pending_tokens() if self.target is target else 0
             if pending > 0:

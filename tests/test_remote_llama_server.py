@@ -10,7 +10,6 @@ build failed or was not run); an unreachable server needs none.
 from __future__ import annotations
 
 import sysconfig
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +27,6 @@ from test_lsp_support import (
     request,
     start_client,
     stop_client,
-    wait_until,
     wait_warm,
 )
 
@@ -508,67 +506,6 @@ async def test_inline_completion_on_the_remote_backend(lsp: LanguageClient, work
     assert isinstance(result["items"], list)
     for item in result["items"]:
         assert item["insertText"].strip()
-
-
-async def test_language_server_and_llama_server_restarted_restore_the_stable_prefix(
-    model_path: str, tmp_path: Path
-) -> None:
-    """autoSnapshots on the remote backend: the idle prefill's stable prefix is saved as a slot
-    file; after both servers restart the language server restores it into the new slot, and
-    the first ask reuses it instead of recomputing it."""
-    _require_binary()
-    root = copy_stdlib_json(tmp_path / "ws")
-    slots = tmp_path / "slots"
-    slots.mkdir()
-    port = llama_server.free_port()
-    profile = tmp_path / "remote.toml"
-    profile.write_text(
-        f'[profile]\nbackend = "llama-server"\n[remote]\nurl = "http://127.0.0.1:{port}"\n'
-        f"reuse_chunk = {CHUNK}\n[context]\nn_ctx = {N_CTX}\n", encoding="utf-8")
-    options = {"profile": str(profile), "codeTokens": 256,
-               "snapshotDir": str(tmp_path / "snapshots")}
-    decoder = root / "json" / "decoder.py"
-
-    async def editor() -> LanguageClient:
-        client = await start_client(root, "neovim", options)
-        open_doc(client, decoder, decoder.read_text(encoding="utf-8"))
-        return client
-
-    def llama() -> llama_server.RunningServer:
-        return llama_server.start(Path(model_path), log_path=tmp_path / f"{time.time()}.log",
-                                  port=port, n_ctx=N_CTX, threads=2,
-                                  extra=["--slot-save-path", str(slots)])
-
-    server = llama()
-    try:
-        first = await editor()
-        try:
-            stable = (await wait_warm(first))["stableEnd"]
-            saved = await wait_until(lambda: request(first, "contenox/status", None),
-                                     lambda st: st["snapshots"]["lastSaved"] is not None)
-            assert saved["snapshots"]["auto"] is True
-            assert saved["snapshots"]["lastSaved"]["tokens"] == stable > 0
-        finally:
-            await stop_client(first)
-    finally:
-        server.stop()
-    assert any(slots.iterdir())  # the KV is on the server's disk, not the editor's
-
-    server = llama()
-    try:
-        second = await editor()
-        try:
-            status = await wait_until(lambda: request(second, "contenox/status", None),
-                                      lambda st: st["snapshots"]["restored"] is not None)
-            assert status["snapshots"]["restored"]["tokens"] == stable
-            await wait_warm(second)
-            answer = await request(second, "contenox/ask", {"question": QUESTION,
-                                                            "maxTokens": 4})
-            assert answer["metrics"]["reusedTokens"] >= stable
-        finally:
-            await stop_client(second)
-    finally:
-        server.stop()
 
 
 def test_health_endpoint_is_up(server: llama_server.RunningServer) -> None:
