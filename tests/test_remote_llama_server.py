@@ -212,6 +212,10 @@ def test_a_cancelled_prefill_keeps_the_prefix_it_was_to_reuse(remote: LlamaServe
     assert remote.warm_prefix(longer) == kept
     again = remote.prefill(longer)
     assert again.reused_tokens >= kept and again.miss_reason is None
+    warm = remote.generate(max_tokens=8).tokens
+    remote.reset()
+    remote.prefill(longer)
+    assert remote.generate(max_tokens=8).tokens == warm  # the kept prefix: warm == cold
 
 
 def test_over_context_is_refused_before_any_request(remote: LlamaServerSession) -> None:
