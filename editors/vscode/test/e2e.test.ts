@@ -2,7 +2,8 @@
  * Opt-in end-to-end test in a real VS Code (code-server) driven by Chromium via playwright-core:
  * install the packaged .vsix, open a Python file, run "Contenox: Explain Context" from the
  * Command Palette, check that the Context view lists the segments, and save a screenshot to
- * docs/vscode-explain-context.png.
+ * docs/vscode-explain-context.png; ask a question; type a function header and accept the ghost
+ * text (inline completion) with Tab.
  *
  *   CONTENOX_E2E=1 npm run test:e2e
  *
@@ -237,4 +238,40 @@ async function drive(page: any, port: number, workspace: string): Promise<void> 
   assert.match(text, /What does add return\?/);
   assert.match(text, /TTFT .* tokens/);
   await page.screenshot({ path: path.resolve('out/test/e2e-ask.png') });
+
+  // Inline completion: start a new function at the end of app.py; the server's suggestion
+  // shows as ghost text, Tab inserts it and the document changes.
+  await page.locator('.tabs-container .tab', { hasText: 'app.py' }).first().click();
+  const editor = page.locator('.monaco-editor .view-lines').first();
+  await editor.click();
+  await page.keyboard.press('Control+End');
+  const before = await editorText(page);
+  await page.keyboard.press('Enter');
+  await page.keyboard.type('def double(x):', { delay: 60 });
+  await page.keyboard.press('Enter');
+  const ghost = page.locator('.monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text');
+  let shown = '';
+  for (let attempt = 0; attempt < 3 && !shown.trim(); attempt++) {
+    // Alt+\ is VS Code's "Trigger Inline Suggestion" (typing triggers it too).
+    if (attempt > 0) await page.keyboard.press('Alt+Backslash');
+    await ghost.first().waitFor({ timeout: 120_000 }).catch(() => undefined);
+    shown = (await ghost.allInnerTexts()).join('\n');
+  }
+  assert.ok(shown.trim(), 'ghost text appears after typing a new function header');
+  await page.screenshot({ path: path.resolve('out/test/e2e-ghost.png') });
+  await page.keyboard.press('Tab');
+  await ghost.first().waitFor({ state: 'detached', timeout: 30_000 });
+  const after = await editorText(page);
+  const firstShown = shown.split('\n').map((l) => l.trim()).find((l) => l) ?? '';
+  assert.notEqual(after, before);
+  assert.ok(after.replace(/\s+/g, ' ').includes(firstShown.replace(/\s+/g, ' ')),
+    `Tab inserted the ghost text ${JSON.stringify(firstShown)}: ${JSON.stringify(after.slice(-300))}`);
+  // The status bar shows the last completion's latency (the sparkle item).
+  await page.locator('.statusbar-item .codicon-sparkle').first().waitFor({ timeout: 60_000 });
+}
+
+/** The visible text of the active editor (Monaco renders non-breaking spaces). */
+async function editorText(page: any): Promise<string> {
+  const lines: string[] = await page.locator('.monaco-editor .view-lines .view-line').allInnerTexts();
+  return lines.join('\n').replace(/\u00a0/g, ' ');
 }
