@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from contextasm import CodeSnippet
+from repo_index.chunks import Chunk
 from repo_index.code_search import CodeFinder, Snippet, texts_reader
 from repo_index.lexical import terms
 
@@ -25,6 +26,9 @@ MAX_SNIPPET_LINES = 60
 MAX_LINE_CHARS = 300
 #: The search favours the files of this many of the cursor's best definitions.
 NEAR_FILES_FROM = 20
+#: Whole definitions are taken by score / tokens ** COST_POWER: of two equally likely ones the
+#: shorter goes first, so one long definition does not push out several short ones.
+COST_POWER = 0.25
 #: Share of a code budget kept for the headers of definitions that did not fit whole.
 SIGNATURE_SHARE = 0.1
 MAX_SIGNATURE_LINES = 8
@@ -168,11 +172,13 @@ def signature_of(snippet: Snippet) -> str:
     return "\n".join(out)
 
 
-def _choose(snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int],
-            focus: Collection[str]) -> tuple[list[CodeSnippet], int]:
-    """Best first: whole while they fit in ``1 - SIGNATURE_SHARE`` of ``tokens``, then the
-    headers of the ones passed over while the rest lasts (a definition located is worth a
-    line). Returns the chosen ones in rank order and the tokens they use."""
+def _choose(
+    snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int], focus: Collection[str],
+) -> tuple[list[CodeSnippet], int, set[tuple[str, int]]]:
+    """Whole, by score per token (``COST_POWER``), while they fit in ``1 - SIGNATURE_SHARE``
+    of ``tokens``; then, best first, the headers of the ones passed over while the rest lasts
+    (a definition located is worth a line). Returns the chosen ones in rank order, the tokens
+    they use and the keys of those shown whole."""
     def cost(c: CodeSnippet) -> int:
         return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + 8
 
@@ -183,12 +189,16 @@ def _choose(snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int
     whole_budget = int(tokens * (1 - SIGNATURE_SHARE))
     picked: dict[int, CodeSnippet] = {}
     used = 0
-    for i, s in enumerate(snippets):
-        c = make(s, render_snippet(s, focus))
-        n = cost(c)
+    rendered = [(make(s, render_snippet(s, focus)), s.score) for s in snippets]
+    costs = [cost(c) for c, _ in rendered]
+    order = sorted(range(len(snippets)),
+                   key=lambda i: (-rendered[i][1] / costs[i] ** COST_POWER, i))
+    for i in order:
+        c, n = rendered[i][0], costs[i]
         if used + n <= whole_budget:
             picked[i] = c
             used += n
+    whole = {snippets[i].key for i in picked}
     for i, s in enumerate(snippets):
         if i in picked:
             continue
@@ -197,7 +207,7 @@ def _choose(snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int
         if used + n <= tokens:
             picked[i] = c
             used += n
-    return [picked[i] for i in sorted(picked)], used
+    return [picked[i] for i in sorted(picked)], used, whole
 
 
 def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str | None:
@@ -235,20 +245,24 @@ def code_inputs(
     path = absolute_path(req.roots, finder, req.path) if req.path is not None else None
     cursor: list[Snippet] = []
     names: list[str] = []
+    at: tuple[Chunk | None, list[str]] | None = None
     if path is not None and req.line is not None:
         at = finder.cursor_names(path, req.line - 1)
         names = at[1]
         cursor = [s for s in finder.around_cursor(path, req.line - 1, at=at)
                   if not _pinned(s, req.pins)]
     cursor_focus = set(terms(" ".join(names)))
-    cursor_code, used = _choose(cursor, budget.cursor_tokens, count, cursor_focus)
+    cursor_code, used, cursor_whole = _choose(cursor, budget.cursor_tokens, count, cursor_focus)
     if not req.question.strip():
         return tuple(cursor_code), ()
-    shown = {(c.path, c.line) for c in cursor_code}
-    exclude = {s.key for s in cursor if (s.display, s.chunk.def_line + 1) in shown}
+    # A cursor definition shown only as a header (or passed over) may still be shown whole
+    # here; the function the cursor is in is where the user is, not what to show again.
+    exclude = set(cursor_whole)
+    if path is not None and at is not None and at[0] is not None:
+        exclude.add((path, at[0].def_line))
     near = {s.path for s in cursor[:NEAR_FILES_FROM]}
     hits = [s for s in finder.search(req.question, names, near_files=near, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
-    question_code, _ = _choose(hits, budget.question_room(used), count, question_focus)
+    question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)
     return tuple(cursor_code), tuple(question_code)

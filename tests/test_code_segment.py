@@ -195,9 +195,55 @@ def test_the_cursor_part_does_not_depend_on_the_question(workspace: Path,
                         read_disk_text)
     assert idle[0] == asked[0] and idle[0]  # the idle prefill builds exactly this
     assert idle[1] == ()
-    shown = {(c.path, c.line) for c in asked[0]}
-    assert not shown & {(c.path, c.line) for c in asked[1]}  # no repeats across the two
+    # No definition is shown whole twice: one the cursor part could only give its header may
+    # be shown whole in the question part.
+    cursor_part = {(c.path, c.line): c.text for c in asked[0]}
+    for c in asked[1]:
+        header = cursor_part.get((c.path, c.line))
+        if header is not None:
+            assert header.endswith("...") and len(c.text) > len(header), (header, c.text)
     assert all(c.path == "config/parser.py" for c in asked[0])
+
+
+def test_the_question_part_leaves_out_the_function_at_the_cursor(
+        workspace: Path, gemma: LlamaVocabTokenizer) -> None:
+    """The test the cursor is in matches a question that names it, but the cursor context
+    already shows where the user is: its room goes to the code it uses."""
+    finder = finder_for(workspace)
+    question = "test quoted values parser strict parse"
+    assert "test_quoted_values" in qualnames(finder.search(question))  # it would match
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    cursor, asked = code_inputs(finder, request(workspace, question), count, CodeBudget(1200),
+                                read_disk_text)
+    assert asked and all(c.title.split()[0] != "test_quoted_values" for c in cursor + asked)
+
+
+def test_whole_definitions_go_by_score_per_token(workspace: Path,
+                                                 gemma: LlamaVocabTokenizer) -> None:
+    """Of equally likely definitions the short ones are shown whole first: one long one does
+    not take the room of several short ones (the rest still get their headers)."""
+    from contenox_lsp.code_segment import _choose
+
+    finder = finder_for(workspace)
+    hits = finder.search("parse split unquote load value line", limit=10)
+    by_length = sorted(hits, key=lambda s: (-len(s.lines), s.chunk.qualname))
+    longest, shorter = by_length[0], by_length[1:]
+    assert len(longest.lines) > 2 * min(len(s.lines) for s in shorter)
+    same = [dataclasses.replace(s, score=1.0) for s in by_length]  # longest ranked first
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    short_tokens = sum(count(f"{s.display}:{s.chunk.def_line + 1} {s.chunk.qualname} "
+                             f"({s.reason})\n{render_snippet(s)}\n") + 8 for s in shorter[:2])
+    room = int((short_tokens + 2) / 0.9) + 1  # the two shortest whole, not the longest too
+    chosen, used, whole = _choose(same, room, count, ())
+    assert used <= room
+    assert {s.key for s in sorted(shorter, key=lambda s: len(s.lines))[:2]} <= whole
+    assert longest.key not in whole
 
 
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
@@ -205,7 +251,7 @@ def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
     """The question's code is prefilled at the ask: ``for_prefill_rate`` caps it at what the
     engine computes in the time given, never below a floor, and leaves the cursor part (the
     idle prompt) as it was."""
-    budget = CodeBudget(1200)
+    budget = CodeBudget(1200, cursor_share=0.1)  # most definitions left to the question
     assert budget.for_prefill_rate(None, 1000) == budget  # no rate measured yet
     assert budget.for_prefill_rate(500.0, 0) == budget  # no bound asked for
     assert budget.for_prefill_rate(300.0, 500).question_max == 150
