@@ -95,7 +95,8 @@ def background_prefill(target: list[int], progress: Reporter | None
 
 
 def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
-           t0: float, stop: Sequence[str] = (), lead: str = "") -> DecodeStats:
+           t0: float, stop: Sequence[str] = (), lead: str = "",
+           opening: Sequence[str] = ()) -> DecodeStats:
     """Stream up to ``max_tokens`` tokens; ``emit`` gets each text piece as it is decoded.
 
     ``ttft_ms`` is measured from ``t0`` (when the server received the request, so it includes
@@ -109,7 +110,7 @@ def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
         if piece:
             emit(piece)
 
-    result = drain(session.stream(max_tokens=max_tokens), on_piece, stop, lead)
+    result = drain(session.stream(max_tokens=max_tokens), on_piece, stop, lead, opening)
     t_end = time.perf_counter()
     return DecodeStats(
         text=result.text,

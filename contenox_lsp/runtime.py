@@ -305,7 +305,8 @@ class Runtime:
                 stats = chunked_prefill(session, tokens, job, report)
                 if work is not None:
                     work.report(len(tokens), len(tokens), "generating")
-                return stats, decode(session, max_tokens, emit, t0, fmt.stop, lead)
+                return stats, decode(session, max_tokens, emit, t0, fmt.stop, lead,
+                                     fmt.opening)
 
             stats, gen = await self.run_user_job(fn, "ask")
         finally:

@@ -234,7 +234,7 @@ class WorkspaceTurn:
 
         fmt = get_format(asm.identity.prompt_format)
         gen = drain(s.stream(max_tokens=turn.max_tokens), on_piece, fmt.stop,
-                    answer_lead(fmt, turn.question))
+                    answer_lead(fmt, turn.question), fmt.opening)
         ttft_ms = (t_decode - t_work) * 1000.0 + (gen.ttft_ms - r.prefill_ms)
         metrics = TurnMetrics(
             promptTokens=asm.n_tokens,

@@ -25,6 +25,7 @@ class PromptFormat:
     close: str  # end of segment I (closes the user turn, opens the model's turn)
     answer_cue: str = ""  # after the question: what a base model continues from
     stop: tuple[str, ...] = ()  # text that ends the answer, besides the model's end token
+    opening: tuple[str, ...] = ()  # stops that may also open an answer (engine.results.drain)
     tools: bool = True  # whether segment B's tool schemas mean anything to the model
 
 
@@ -34,7 +35,8 @@ PROMPT_FORMATS: dict[str, PromptFormat] = {
     # answer cue; the answer ends where the document would go on (a new question, a heading).
     "base": PromptFormat(
         name="base", open="", user_open="", close="", answer_cue="Answer:",
-        stop=("\nQuestion:", "\nAnswer:", "\n# ", "\n```", "\n\n\n"), tools=False,
+        stop=("\nQuestion:", "\nAnswer:", "\n# ", "\n```", "\n\n\n"),
+        opening=("\n```", "\n\n\n"), tools=False,
     ),
     "chatml": PromptFormat(
         name="chatml",

@@ -310,10 +310,12 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "openvino",
         "inference_precision_hint",
-        "auto",
+        # Not the plugin's default: that is bf16 on CPUs with AVX512_BF16 or AMX and f32
+        # elsewhere, so greedy tokens (and warm == cold) would depend on the machine.
+        "f32",
         _one_of(*OV_INFERENCE_PRECISIONS),
         " | ".join(OV_INFERENCE_PRECISIONS),
-        "INFERENCE_PRECISION_HINT (auto = the plugin's default)",
+        "INFERENCE_PRECISION_HINT (auto = the plugin's default, bf16 on CPUs that have it)",
     ),
     FieldSpec(
         "openvino",

@@ -112,6 +112,7 @@ def drain(
     on_piece: Callable[[str], None] | None = None,
     stop: Sequence[str] = (),
     lead: str = "",
+    opening: Sequence[str] = (),
 ) -> GenerateResult:
     """Run a session's ``stream()`` to its end: each text piece goes to ``on_piece`` (if any)
     as it is decoded; returns the stream's ``GenerateResult``.
@@ -123,12 +124,17 @@ def drain(
 
     ``lead``: text the answer starts with that the prompt already holds (a base model's
     answer cue, e.g. ``In `` before a file name); it goes out with the first piece and starts
-    the result's text."""
+    the result's text.
+
+    ``opening``: those of ``stop`` that may also open an answer (a code fence, blank lines):
+    before the answer has any text they do not end it, and the next one closes what it opened
+    (it ends the answer, and is part of it)."""
     stops = [s for s in stop if s]
     keep = max((len(s) for s in stops), default=1) - 1
     out: list[str] = []
     held = ""
     stopped = False
+    opened: set[str] = set()
 
     def emit(text: str) -> None:
         if not text:
@@ -151,9 +157,16 @@ def drain(
         if stopped:
             continue  # a decoder tail after the stop: not part of the answer
         held += piece
-        at = min((i for s in stops if (i := held.find(s)) >= 0), default=-1)
+        at, hit = min(((i, s) for s in stops if (i := held.find(s)) >= 0), default=(-1, ""))
         if at >= 0:
-            emit(held[:at])
+            started = bool((lead + "".join(out) + held[:at]).strip())
+            if hit in opening and not started and hit not in opened:
+                opened.add(hit)  # the answer starts with it (a fenced block, blank lines)
+                emit(held[: at + len(hit)])
+                held = ""
+                continue
+            closes = hit in opened and bool(hit.strip())  # the fence the answer opened
+            emit(held[: at + len(hit)] if closes else held[:at])
             held, stopped = "", True
         elif len(held) > keep:
             emit(held[: len(held) - keep])

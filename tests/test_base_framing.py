@@ -92,3 +92,42 @@ def test_a_stop_text_ends_the_answer_with_the_cold_runs_tokens(llama_session: An
     session.prefill(prompt)  # still usable: the same prompt gives the same answer
     assert session.generate(48).text == cold.text
     assert get_format("base").stop and "\nQuestion:" in get_format("base").stop
+
+
+def _pieces(*pieces: str) -> Any:
+    """A stream as ``Session.stream`` gives one: pieces, ``send(True)`` to stop, the result
+    returned (text over the protocol: the model cannot be made to open with a fence)."""
+    from engine.results import GenerateResult
+
+    def gen() -> Any:
+        sent = 0
+        for p in pieces:
+            sent += 1
+            if (yield p):
+                break
+        return GenerateResult(tokens=list(range(sent)), text="".join(pieces[:sent]),
+                              ttft_ms=0.0, decode_tokens=sent, decode_ms=0.0, decode_tok_s=0.0,
+                              finish_reason="length")
+
+    return gen()
+
+
+def test_an_answer_that_opens_with_a_fence_is_not_cut_to_nothing() -> None:
+    """A base model may answer with a code block: the fence (a stop) before any text opens the
+    answer, the next fence closes it and ends it; elsewhere a fence still ends the answer."""
+    base = get_format("base")
+    assert "\n```" in base.stop and "\n```" in base.opening
+
+    def run(*pieces: str) -> Any:
+        return drain(_pieces(*pieces), None, base.stop, "", base.opening)
+
+    fenced = run(" \n", "```", "python\n", "return obj", "\n```", "\nmore", " text")
+    assert fenced.text == " \n```python\nreturn obj\n```" and fenced.finish_reason == "stop"
+    plain = run(" It returns", " obj.", "\n```", "python\n")
+    assert plain.text == " It returns obj." and plain.finish_reason == "stop"
+    asked = run("\nQuestion:", " what else?")  # a new question is never an answer
+    assert asked.text == "" and asked.finish_reason == "stop"
+    blank = run("\n\n\n", "It returns obj.", "\n\n\n", "Next")
+    assert blank.text == "\n\n\nIt returns obj." and blank.finish_reason == "stop"
+    # Without ``opening`` (chat formats), every stop ends the answer where it appears.
+    assert drain(_pieces("\n```", "python"), None, base.stop).text == ""

@@ -244,6 +244,9 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
     assert used <= room
     assert {s.key for s in sorted(shorter, key=lambda s: len(s.lines))[:2]} <= whole
     assert longest.key not in whole
+    rank = {(s.display, s.chunk.def_line + 1): i for i, s in enumerate(same)}
+    order = [rank[(c.path, c.line)] for c in chosen]
+    assert order == sorted(order)  # shown in rank order, whatever order they were taken in
 
 
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,

@@ -92,7 +92,7 @@ async def test_explain_counts_whole_blocks_after_pre_prefill(ov_server: Language
 async def test_ask_reuses_the_pre_prefilled_prefix(ov_server: LanguageClient) -> None:
     before = await wait_warm(ov_server)
     result = await request(ov_server, "contenox/ask", {"question": QUESTION, "maxTokens": 8})
-    assert result["text"].strip()
+    assert result["text"].strip(), json.dumps(result)
     m = result["metrics"]
     assert m["reusedTokens"] % BLOCK == 0
     assert m["reusedTokens"] >= before["reusedTokens"] > 0
