@@ -21,12 +21,15 @@ log = logging.getLogger(__name__)
 SERVER_COMMAND = (sys.executable, "-m", "contenox_lsp")
 
 
-def capabilities() -> types.ClientCapabilities:
-    """A plain editor: incremental sync, utf-16 positions, no work-done progress UI."""
+def capabilities(inline_completion: bool = False) -> types.ClientCapabilities:
+    """A plain editor: incremental sync, utf-16 positions, no work-done progress UI; and, if
+    asked, one that shows inline completions (as VS Code does)."""
     return types.ClientCapabilities(
         general=types.GeneralClientCapabilities(position_encodings=["utf-16"]),
         text_document=types.TextDocumentClientCapabilities(
             synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
+            inline_completion=(types.InlineCompletionClientCapabilities()
+                               if inline_completion else None),
         ),
         workspace=types.WorkspaceClientCapabilities(workspace_folders=True),
     )
@@ -58,8 +61,10 @@ class EditorClient:
             pass
 
     async def start(self, root: Path, options: dict[str, Any],
-                    env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Start a server on ``root``; ``env``: variables set for it (e.g. its cache dir)."""
+                    env: dict[str, str] | None = None,
+                    inline_completion: bool = False) -> dict[str, Any]:
+        """Start a server on ``root``; ``env``: variables set for it (e.g. its cache dir);
+        ``inline_completion``: the client declares LSP 3.18's inline completion."""
         extra: dict[str, Any] = {} if env is None else {"env": {**os.environ, **env}}
         await self.client.start_io(*SERVER_COMMAND, **extra)
         # pygls pipes the server's stderr and never reads it: drain it into a log file, or a
@@ -69,7 +74,7 @@ class EditorClient:
             self._drain = asyncio.create_task(self._copy_stderr(server.stderr))
         uri = root.as_uri()
         result = await asyncio.wait_for(self.client.initialize_async(types.InitializeParams(
-            capabilities=capabilities(),
+            capabilities=capabilities(inline_completion),
             # The server watches this pid: it exits if the bench dies without a shutdown.
             process_id=os.getpid(),
             root_uri=uri,

@@ -104,23 +104,31 @@ def run(cfg: BenchConfig, profile: Any, profile_file: Path, out_dir: Path, tmp: 
 async def _server(root: Path, path: Path, doc: str, body: list[str], first_line: int,
                   options: dict[str, Any], pause_s: float, err: Any) -> dict[str, Any]:
     client = EditorClient(err)
-    await client.start(root, options)
+    await client.start(root, options, inline_completion=True)
     rows: list[dict[str, Any]] = []
     context_text = ""
     try:
         client.did_open(path, doc)
         await wait_ready(client, True, 900.0)
+        lines = doc.split("\n")
+        # The user puts the cursor on the line to type and the editor indents it: the server
+        # knows where the user is (an edit there) before the first keystroke, and the idle
+        # time warms the completion prompt there too (the client declares inline completion).
+        first_indent = body[0][: len(body[0]) - len(body[0].lstrip())]
+        client.did_change(path, first_line, 0, first_indent)
+        lines[first_line] = first_indent
+        await wait_ready(client, True, 900.0)
         explained = await client.request("contenox/explainContext", {"includeText": True})
         context_text = "".join(s.get("text", "") for s in explained["segments"]
                                if s["kind"] in ("repo_map", "pinned"))
-        lines = doc.split("\n")
         row = first_line
         for target in body:
             indent = target[: len(target) - len(target.lstrip())]
-            if lines[row]:
+            if lines[row] not in ("", indent):
                 raise AssertionError("the typing line is not empty")
-            client.did_change(path, row, 0, indent)  # the editor's auto-indent
-            lines[row] = indent
+            if lines[row] != indent:
+                client.did_change(path, row, 0, indent)  # the editor's auto-indent
+                lines[row] = indent
             col = len(indent)
             rest = target[len(indent):]
             i = 0

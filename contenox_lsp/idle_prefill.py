@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.jobs import background_prefill
@@ -22,8 +23,12 @@ from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, Manifest
 from contextasm.manifest import common_prefix_length
+from engine import Session
 
 logger = logging.getLogger(__name__)
+
+#: A job for the engine thread (``EngineWorker.submit``).
+BackgroundFn = Callable[[Session, Job], Any]
 
 #: A background prefill with at least this many new tokens shows "warming" progress.
 WARMING_PROGRESS_MIN_TOKENS = 256
@@ -39,6 +44,7 @@ class IdlePrefill:
         debounce_ms: int,
         enabled: bool,
         snapshots: AutoSnapshots | None = None,
+        after_warm: Callable[[], BackgroundFn | None] | None = None,
     ) -> None:
         self._worker = worker
         self._assemble_idle = assemble_idle
@@ -47,6 +53,9 @@ class IdlePrefill:
         self.enabled = enabled
         self.snapshots = snapshots
         """Restores the stable prefix before prefilling it, saves it once prefilled."""
+        self.after_warm = after_warm
+        """Once the target is resident: more background work (None: nothing to do), e.g. the
+        completion prompt's prefix at the cursor."""
         self.target: list[int] | None = None
         """The idle prompt up to its (empty) question: what should be in KV."""
         self.manifest: Manifest | None = None
@@ -166,6 +175,10 @@ class IdlePrefill:
                 pending = self.pending_tokens() if self.target is target else 0
             if pending > 0:
                 await self._prefill(target, pending)
+            if self.target is target and self.pending_tokens() == 0 and self.after_warm:
+                more = self.after_warm()
+                if more is not None:
+                    await self._run(more, "idle warm-up", target)
             if self.target is target:
                 return  # done, or preempted by a user request (which kicks again after)
 
@@ -208,6 +221,17 @@ class IdlePrefill:
             if progress is not None:
                 progress.end(f"failed: {exc}")
             logger.warning("background prefill failed: %s", exc)
+
+    async def _run(self, fn: BackgroundFn, label: str, target: list[int]) -> None:
+        """Run ``fn`` at background priority as this loop's job (a newer target cancels it)."""
+        job = self._worker.submit(fn, priority=Priority.BACKGROUND, label=label)
+        self._job, self._job_target = job, target
+        try:
+            await asyncio.wrap_future(job.future)
+        except JobCancelled:
+            pass
+        except Exception as exc:
+            logger.warning("%s failed: %s", label, exc)
 
     def close(self) -> None:
         self._closed = True

@@ -28,6 +28,7 @@ from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
+from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
@@ -98,6 +99,7 @@ class Runtime:
                                 debounce_ms=options.debounce_ms,
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
+        self.idle.after_warm = self.completion.warm_up
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
         self.last_cursor: tuple[Path, int] | None = None
@@ -171,6 +173,13 @@ class Runtime:
         if self.last_cursor != (path, line):
             self.last_cursor = (path, line)
             self.idle.note_change()
+
+    def buffer_text(self, path: Path) -> str | None:
+        """The open buffer's text (None: not open)."""
+        return self._editor_state().open_buffers.get(path)
+
+    def relative(self, path: Path) -> str:
+        return relative_to_roots(path, self.roots())
 
     def inputs_changed(self) -> None:
         """Something outside the index changed (a save, a pin): re-assemble after the quiet."""

@@ -23,6 +23,7 @@ from test_lsp_support import (
     request,
     start_client,
     stop_client,
+    wait_until,
     wait_warm,
 )
 
@@ -222,3 +223,36 @@ async def test_an_ask_where_a_completion_or_a_code_action_was_is_warm(
         "position": {"line": at_completion, "character": len(lines[at_completion])},
         "context": {"triggerKind": 2}}, timeout=300)
     assert await cursor_status(at_completion) == "cached"
+
+
+async def test_idle_time_warms_the_completion_prompt_at_the_cursor(workspace: Path) -> None:
+    """An editor that declares inline completion: once the chat prefix is resident, the idle
+    time also prefills the completion prompt down to the cursor's line (the ``completion``
+    branch) and gives the live sequence back to the chat prefix, so the very first completion
+    there prefills only the line being typed."""
+    c = await start_client(workspace, "neovim", inline_completion=True)
+    try:
+        uri = open_doc(c, workspace / "config.py", SOURCE)
+        point = {"line": LINE, "character": COL}
+        await raw_request(c, "textDocument/codeAction", {  # where the cursor is
+            "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
+            "context": {"diagnostics": []}})
+
+        async def warmed() -> dict[str, Any]:
+            await wait_warm(c)
+            return await completion_status(c)
+
+        status = await wait_until(warmed, lambda s: "completion" in s["residentBranches"], 300)
+        assert status["requests"] == 0  # no completion was asked for yet
+        explained = await wait_warm(c)  # the chat prefix is live again: nothing pending
+        assert explained["pendingPrefillTokens"] == 0
+        first = await raw_request(c, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": point, "context": {"triggerKind": 1}},
+            timeout=300)
+        assert "items" in first
+        after = await completion_status(c)
+        assert after["lastReusedTokens"] >= after["lastContextTokens"] > 0
+        assert after["lastNewTokens"] <= 40  # the last partial chunk and the line's tokens
+        assert after["lastPromptTokens"] > 10 * after["lastNewTokens"]
+    finally:
+        await stop_client(c)

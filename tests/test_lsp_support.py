@@ -90,15 +90,22 @@ async def start_client(
     root: Path,
     capabilities: str = "neovim",
     options: dict[str, Any] | None = None,
+    inline_completion: bool = False,
 ) -> LanguageClient:
+    """The server over stdio, initialized as the editor ``capabilities`` names (plus LSP
+    3.18's inline-completion capability, which no recorded editor has, if asked)."""
     config = ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client,
                                 server_env=server_env(root))
     client = await config.start()
     assert isinstance(client, LanguageClient)
     uri = root.as_uri()
+    caps = client_capabilities(capabilities)
+    if inline_completion:
+        assert caps.text_document is not None
+        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
     client.init_result = await client.initialize_session(  # type: ignore[attr-defined]
         types.InitializeParams(
-            capabilities=client_capabilities(capabilities),
+            capabilities=caps,
             root_uri=uri,
             workspace_folders=[types.WorkspaceFolder(uri=uri, name=root.name)],
             initialization_options=dict(FAST_OPTIONS, **(options or {})),

@@ -28,6 +28,7 @@ class CompletionPrompt:
     mode: str  # "prefix" or "fim"
     context_tokens: int  # the repository-level part (what stays warm across files)
     healed: str = ""  # trailing blanks left out of the prompt (see ``heal_split``)
+    code_end: int = 0  # tokens up to the end of the code before the cursor (the rest: FIM's)
 
 
 def heal_split(line_prefix: str) -> str:
@@ -76,7 +77,8 @@ def build_prompt(session: Session, repo_context: str, path: str, win: CursorWind
     fim = session.fim_tokens
     if mode == "fim" and fim is not None:
         after = session.tokenize(win.after, add_bos=False, special=False)
-        tokens = [*bos, fim.prefix, *context, *header, *before, fim.suffix, *after, fim.middle]
-        return CompletionPrompt(tokens, "fim", len(bos) + 1 + len(context), healed)
-    return CompletionPrompt([*bos, *context, *header, *before], "prefix",
-                            len(bos) + len(context), healed)
+        head = [*bos, fim.prefix, *context, *header, *before]
+        return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
+                                len(bos) + 1 + len(context), healed, len(head))
+    tokens = [*bos, *context, *header, *before]
+    return CompletionPrompt(tokens, "prefix", len(bos) + len(context), healed, len(tokens))

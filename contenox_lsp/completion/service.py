@@ -14,14 +14,15 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choose_mode, heal
-from contenox_lsp.completion.window import CursorWindow
+from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
-from contenox_lsp.jobs import PrefillStats, chunked_prefill
+from contenox_lsp.jobs import BACKGROUND_STEP, PrefillStats, chunked_prefill
 from contenox_lsp.worker import EngineWorker, Job, Priority
 from contextasm import Assembly, SegmentKind
 from contextasm.manifest import common_prefix_length
@@ -37,6 +38,10 @@ class CompletionHost(Protocol):
     worker: EngineWorker
     context: ContextService
     idle: IdlePrefill
+    last_cursor: tuple[Path, int] | None
+
+    def buffer_text(self, path: Path) -> str | None: ...
+    def relative(self, path: Path) -> str: ...
 
     async def session(self) -> Session: ...
     async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
@@ -105,6 +110,10 @@ class CompletionService:
         self.stats = CompletionStats()
         self._context: str | None = None
         self._last_request = 0.0
+        self.wanted = False
+        """Whether the editor uses inline completion (it said so at initialize, or asked for
+        one): only then does the idle time warm the completion prompt too."""
+        self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
 
     def _repo_context(self, now: float) -> str:
         fresh = repo_context(self._rt.idle.assembly)
@@ -138,6 +147,7 @@ class CompletionService:
         rt = self._rt
         t0 = time.perf_counter()
         self.stats.requests += 1
+        self.wanted = True
         busy = rt.worker.busy_with
         if busy is not None and busy.priority == Priority.USER and busy.label != JOB_LABEL:
             self.stats.skippedBusy += 1
@@ -187,6 +197,43 @@ class CompletionService:
         self.last = shown
         st.shown += 1
         return Outcome(text, shown.id, metrics=metrics)
+
+    # -- idle warm-up ------------------------------------------------------------------------
+
+    def warm_up(self) -> Callable[[Session, Job], None] | None:
+        """The idle prefill's next step once the chat prefix is resident: prefill the
+        completion prompt up to the cursor's line (repository context, file header, the code
+        above) and park it as the ``completion`` branch, then give the live sequence back to
+        the chat prefix. The first completion there then prefills only the line being typed.
+        None when there is nothing to do (no completion client, no cursor, done already)."""
+        rt = self._rt
+        session = rt.worker.session
+        if not self.wanted or rt.last_cursor is None or session is None \
+                or not session.capabilities.get("branches", False):
+            return None
+        path, line = rt.last_cursor
+        text = rt.buffer_text(path)
+        if text is None:
+            return None
+        rel = rt.relative(path)
+        context = repo_context(rt.idle.assembly)
+        win = cursor_window(text, line, 0)
+        mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
+        key = hash((rel, win.before, context, mode))
+        chat_target = rt.idle.target
+        if key == self._warmed or not chat_target:
+            return None
+
+        def job(s: Session, j: Job) -> None:
+            prompt = build_prompt(s, context, rel, win, mode)
+            _park_chat(s, chat_target)
+            chunked_prefill(s, prompt.tokens[: prompt.code_end], j, lambda _pos: None,
+                            step=BACKGROUND_STEP)
+            s.branch_save(COMPLETION_BRANCH)
+            chunked_prefill(s, chat_target, j, lambda _pos: None)  # from its parked branch
+            self._warmed = key
+
+        return job
 
     def accepted(self, completion_id: int, accepted_length: int | None) -> bool:
         """The editor reports an accepted completion (``accepted_length``: characters taken

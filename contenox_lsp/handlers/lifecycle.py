@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from lsprotocol import types
+from pygls.capabilities import get_capability
 
 from contenox_lsp.handlers.workspace import register_file_watcher
 from contenox_lsp.options import merge_initialization_options
@@ -34,6 +35,9 @@ def initialize(ls: ContenoxServer, params: types.InitializeParams) -> None:
 async def initialized(ls: ContenoxServer, params: types.InitializedParams) -> None:
     # Create the runtime before awaiting anything: didOpen may arrive right away.
     rt = ls.start_runtime()
+    # An editor that shows inline completions: the idle time warms their prompt too.
+    rt.completion.wanted = get_capability(ls.client_capabilities,
+                                          "text_document.inline_completion", None) is not None
     rt.start_task = asyncio.ensure_future(_start(ls, rt))
     for w in ls.pending_warnings:
         ls.show(f"contenox: {w}", types.MessageType.Warning)
