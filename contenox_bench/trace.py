@@ -190,6 +190,15 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
             await asyncio.sleep(tc.idle_gap_s)
             st = await client.request("contenox/status", None)
             path, line = step.cursor
+            ex: dict[str, Any] | None = None
+            if capture:
+                # The prompt the ask is about to get, for c and d. Before the ask, not after:
+                # the ask's own prefill updates the rate that bounds the question's code, and
+                # under load that can change the prompt an explain after it shows.
+                ex = await client.request("contenox/explainContext", {
+                    "textDocument": {"uri": path.as_uri()},
+                    "position": {"line": line, "character": 0},
+                    "question": step.question, "includeText": True}, tc.ask_timeout_s)
             result, first_ms, total_ms = await client.ask(
                 f"{name}-{i}", step.question, path, line, tc.max_tokens, tc.ask_timeout_s)
             row: dict[str, Any] = {
@@ -206,11 +215,7 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
                 "state_before_ask": st.get("state"),
                 "pending_prefill_tokens_before_ask": st.get("pendingPrefillTokens"),
             }
-            if capture:
-                ex = await client.request("contenox/explainContext", {
-                    "textDocument": {"uri": path.as_uri()},
-                    "position": {"line": line, "character": 0},
-                    "question": step.question, "includeText": True}, tc.ask_timeout_s)
+            if ex is not None:
                 row["segments"] = [{"kind": s["kind"], "label": s["label"],
                                     "tokens": s["tokens"], "text": s["text"]}
                                    for s in ex["segments"]]
