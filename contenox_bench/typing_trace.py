@@ -6,8 +6,9 @@ each new line its indentation at once), with a completion request at each pause 
 word, a bracket, a comma, the end of a line: where an editor's debounce would fire). A
 suggestion that is the start of what comes next is accepted, as a user would.
 
-a. this server over stdio (``textDocument/inlineCompletion``); its per-request prefill figures
-   come from ``contenox/status``.
+a. this server over stdio (``textDocument/inlineCompletion``; the client declares inline
+   completion, as VS Code does, so the idle time warms the completion prompt at the cursor);
+   its per-request prefill figures come from ``contenox/status``.
 c. a fresh context per request: the same prompts (this server's layout, rebuilt in process
    from the same repository text), prefilled from nothing, the same number of tokens decoded.
 d. one longest-common-prefix session fed the llama.vscode request shape: a ring of 64-line
