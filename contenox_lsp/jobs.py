@@ -27,6 +27,7 @@ class PrefillStats:
     new_tokens: int
     prefill_ms: float
     miss_reason: str | None
+    last_step_ms: float = 0.0  # the last step's share of prefill_ms
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
         if end >= len(tokens):
             break
     assert reused is not None
-    return PrefillStats(reused, len(tokens) - reused, prefill_ms, miss)
+    return PrefillStats(reused, len(tokens) - reused, prefill_ms, miss, r.prefill_ms)
 
 
 def background_prefill(target: list[int], progress: Reporter | None

@@ -334,7 +334,9 @@ class Runtime:
             assemblyMs=assembly_ms,
             prefillMs=stats.prefill_ms,
             ttftMs=gen.ttft_ms,
-            engineTtftMs=gen.engine_ttft_ms,
+            # The engine's TTFT counts from the last prefill step's start: add the steps
+            # before it (a chunked prefill), so it is from the start of the whole prefill.
+            engineTtftMs=stats.prefill_ms - stats.last_step_ms + gen.engine_ttft_ms,
             decodeTokens=gen.decode_tokens,
             decodeTokensPerSecond=gen.decode_tokens_per_second,
             finishReason=gen.finish_reason,

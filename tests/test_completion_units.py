@@ -174,3 +174,21 @@ def test_a_completion_after_branch_switches_equals_a_cold_run(llama_session: Any
     s.reset()
     s.prefill(typed)
     assert warm == s.generate(8).tokens
+
+
+def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
+    """``prefill_ms`` sums every step; ``last_step_ms`` is the last one's (the engine's TTFT
+    counts from the last step's start, so the ask's ``engineTtftMs`` adds the others)."""
+    from contenox_lsp.jobs import chunked_prefill
+    from contenox_lsp.worker import Job, Priority
+
+    s = llama_session
+    job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
+    tokens = s.tokenize(SOURCE[:3000], add_bos=True)[:300]
+    s.reset()
+    steps: list[int] = []
+    stats = chunked_prefill(s, tokens, job, steps.append, step=128)
+    assert steps == [128, 256, 300]
+    assert stats.new_tokens == 300
+    assert 0 < stats.last_step_ms < stats.prefill_ms
+    assert stats.last_step_ms == s.metrics.last_prefill.prefill_ms

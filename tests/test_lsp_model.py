@@ -164,6 +164,9 @@ async def test_ask_streams_pieces_that_concatenate_to_the_text(warm: LanguageCli
     assert m["decodeTokens"] >= 1
     assert set(m) >= {"reusedTokens", "newTokens", "prefillMs", "ttftMs", "decodeTokens",
                       "decodeTokensPerSecond"}
+    # The engine's TTFT spans the whole prefill (every step) and the first token; the
+    # request's also the assembly before it.
+    assert m["prefillMs"] <= m["engineTtftMs"] <= m["ttftMs"]
     work = warm.progress_reports.get("ask-work-1", [])
     assert isinstance(work[0], types.WorkDoneProgressBegin)
     assert isinstance(work[-1], types.WorkDoneProgressEnd)
