@@ -127,8 +127,8 @@ def drain(
     the result's text.
 
     ``opening``: those of ``stop`` that may also open an answer (a code fence, blank lines):
-    before the answer has any text they do not end it, and the next one closes what it opened
-    (it ends the answer, and is part of it)."""
+    before the answer has any text they do not end it. The next stop ends it as usual, except
+    that a fence the answer opened is kept as its last line (the block is closed)."""
     stops = [s for s in stop if s]
     keep = max((len(s) for s in stops), default=1) - 1
     out: list[str] = []
