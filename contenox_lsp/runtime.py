@@ -37,6 +37,7 @@ from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, Worke
 from contextasm import Assembly, get_format
 from contextasm.render import answer_lead
 from engine import Session
+from engine.results import ttft_over_steps
 
 logger = logging.getLogger(__name__)
 
@@ -334,9 +335,8 @@ class Runtime:
             assemblyMs=assembly_ms,
             prefillMs=stats.prefill_ms,
             ttftMs=gen.ttft_ms,
-            # The engine's TTFT counts from the last prefill step's start: add the steps
-            # before it (a chunked prefill), so it is from the start of the whole prefill.
-            engineTtftMs=stats.prefill_ms - stats.last_step_ms + gen.engine_ttft_ms,
+            engineTtftMs=ttft_over_steps(gen.engine_ttft_ms, stats.prefill_ms,
+                                         stats.last_step_ms),
             decodeTokens=gen.decode_tokens,
             decodeTokensPerSecond=gen.decode_tokens_per_second,
             finishReason=gen.finish_reason,

@@ -33,7 +33,7 @@ from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, expl
 from contextasm.render import answer_lead
 from engine import EngineError, Session
 from engine.model_files import cache_dir
-from engine.results import drain
+from engine.results import drain, ttft_over_steps
 from engine.session import reusable_prefix
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class WorkspaceTurn:
             assemblyMs=assembly_ms,
             prefillMs=prefill_ms,
             ttftMs=ttft_ms,
-            engineTtftMs=gen.ttft_ms,
+            engineTtftMs=ttft_over_steps(gen.ttft_ms, prefill_ms, r.prefill_ms),
             decodeTokens=gen.decode_tokens,
             decodeTokensPerSecond=gen.decode_tok_s,
             finishReason=gen.finish_reason,

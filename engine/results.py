@@ -37,6 +37,13 @@ class GenerateResult:
         return asdict(self)
 
 
+def ttft_over_steps(ttft_ms: float, prefill_ms: float, last_prefill_ms: float) -> float:
+    """A ``GenerateResult.ttft_ms`` counts from the start of the last ``prefill()`` call; for
+    a prompt prefilled in several calls (``prefill_ms``: all of them, ``last_prefill_ms``: the
+    last), the TTFT from the start of the first."""
+    return prefill_ms - last_prefill_ms + ttft_ms
+
+
 def decode_rate(tokens: int, decode_ms: float) -> float:
     """Tokens per second after the first (the first token's time is the TTFT's)."""
     return (tokens - 1) / (decode_ms / 1000.0) if tokens > 1 and decode_ms > 0 else 0.0

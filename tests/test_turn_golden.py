@@ -93,6 +93,9 @@ async def test_a_snapshot_saved_by_the_cli_is_restored_by_the_server(
 ) -> None:
     asked = _cli(workspace, "ask", QUESTION)
     assert asked["metrics"]["stableSnapshotSaved"] is True
+    # Two prefill calls (the stable prefix alone, then the rest): the engine's TTFT spans both.
+    m = asked["metrics"]
+    assert m["prefillMs"] <= m["engineTtftMs"] <= m["ttftMs"]
     stable = asked["metrics"]["stableTokens"]
     listed = await request(server, "contenox/snapshot", {"action": "list"})
     assert stable in [s["tokens"] for s in listed["snapshots"]]
