@@ -189,12 +189,12 @@ def _choose(
     whole_budget = int(tokens * (1 - SIGNATURE_SHARE))
     picked: dict[int, CodeSnippet] = {}
     used = 0
-    rendered = [(make(s, render_snippet(s, focus)), s.score) for s in snippets]
-    costs = [cost(c) for c, _ in rendered]
+    rendered = [make(s, render_snippet(s, focus)) for s in snippets]
+    costs = [cost(c) for c in rendered]
     order = sorted(range(len(snippets)),
-                   key=lambda i: (-rendered[i][1] / costs[i] ** COST_POWER, i))
+                   key=lambda i: (-snippets[i].score / costs[i] ** COST_POWER, i))
     for i in order:
-        c, n = rendered[i][0], costs[i]
+        c, n = rendered[i], costs[i]
         if used + n <= whole_budget:
             picked[i] = c
             used += n
