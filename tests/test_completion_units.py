@@ -192,3 +192,40 @@ def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
     assert stats.new_tokens == 300
     assert 0 < stats.last_step_ms < stats.prefill_ms
     assert stats.last_step_ms == s.metrics.last_prefill.prefill_ms
+
+
+def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any) -> None:
+    """``CompletionService.warm_up``'s job (chat parked, the completion prompt down to the
+    cursor's line prefilled and parked, the chat prefix live again), then the completion at
+    that line restored from its branch: the cold run's greedy tokens. The host is the real
+    session with the few runtime fields ``warm_up`` reads."""
+    from types import SimpleNamespace
+
+    from contenox_lsp.jobs import chunked_prefill
+    from contenox_lsp.worker import Job, Priority
+
+    s = llama_session
+    job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
+    path = Path("/ws/m.py")
+    chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
+    host = SimpleNamespace(
+        worker=SimpleNamespace(session=s), idle=SimpleNamespace(assembly=None, target=chat),
+        last_cursor=(path, 120), buffer_text=lambda p: SOURCE if p == path else None,
+        relative=lambda p: "m.py")
+    service = CompletionService(host)  # type: ignore[arg-type]
+    assert service.warm_up() is None  # no completion client yet
+    service.wanted = True
+    s.reset()
+    s.prefill(chat)
+    warm_job = service.warm_up()
+    assert warm_job is not None
+    warm_job(s, job)
+    assert s.resident_tokens == chat  # the chat prefix is live again
+    assert service.warm_up() is None  # done for this place
+    typed = build_prompt(s, "", "m.py", cursor_window(SOURCE, 120, 5), "prefix").tokens
+    stats = chunked_prefill(s, typed, job, lambda _p: None)
+    assert stats.new_tokens <= 2 * s.reuse_granularity  # the line, from the parked branch
+    warm = s.generate(8).tokens
+    s.reset()
+    s.prefill(typed)
+    assert warm == s.generate(8).tokens
