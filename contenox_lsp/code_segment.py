@@ -3,11 +3,13 @@ the question, chosen within their token budgets and rendered for the prompt.
 
 The cursor part never looks at the question, so the idle prefill (which has no question)
 builds exactly what the ask will: it stays warm. The question part leaves out what the
-cursor part and the pins already show.
+cursor part and the pins already show, and does not search for the names of the function the
+cursor is in and of what the cursor part shows whole (their parts would find look-alikes).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -231,6 +233,14 @@ class CodeRequest:
     question: str
 
 
+def unanswered_part(question: str, shown: Collection[str]) -> str:
+    """The question without the identifiers it names that the context already shows whole:
+    their parts ("decode" of ``_decode_uXXXX``) would only find look-alikes."""
+    for name in sorted(shown, key=len, reverse=True):
+        question = re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", " ", question)
+    return question
+
+
 def code_inputs(
     finder: CodeFinder,
     req: CodeRequest,
@@ -261,7 +271,13 @@ def code_inputs(
     if path is not None and at is not None and at[0] is not None:
         exclude.add((path, at[0].def_line))
     near = {s.path for s in cursor[:NEAR_FILES_FROM]}
-    hits = [s for s in finder.search(req.question, names, near_files=near, exclude=exclude)
+    shown = {s.chunk.name for s in cursor if s.key in cursor_whole}
+    if at is not None and at[0] is not None:
+        shown.add(at[0].name)
+    query = unanswered_part(req.question, shown)
+    if not terms(query):
+        return tuple(cursor_code), ()
+    hits = [s for s in finder.search(query, names, near_files=near, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
     question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)

@@ -221,6 +221,27 @@ def test_the_question_part_leaves_out_the_function_at_the_cursor(
     assert asked and all(c.title.split()[0] != "test_quoted_values" for c in cursor + asked)
 
 
+def test_a_question_about_the_function_at_the_cursor_adds_no_look_alikes(
+        workspace: Path, gemma: LlamaVocabTokenizer) -> None:
+    """A question that names only what the context shows whole (the function at the cursor)
+    gets no question part: the parts of that name would only find other definitions that
+    share a word with it. A name the context does not show still gets searched."""
+    finder = finder_for(workspace)
+    question = "What does test_quoted_values do?"
+    assert finder.search(question)  # "quoted", "values": _unquote, parse ... look alike
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    _, asked = code_inputs(finder, request(workspace, question), count, CodeBudget(1200),
+                           read_disk_text)
+    assert asked == ()
+    _, asked = code_inputs(finder, request(workspace, "Does test_quoted_values call "
+                                           "unrelated_helper?"), count, CodeBudget(1200),
+                           read_disk_text)
+    assert "unrelated_helper" in [c.title.split()[0] for c in asked]
+
+
 def test_whole_definitions_go_by_score_per_token(workspace: Path,
                                                  gemma: LlamaVocabTokenizer) -> None:
     """Of equally likely definitions the short ones are shown whole first: one long one does
