@@ -110,6 +110,17 @@ class EditorClient:
                 range=types.Range(start=pos, end=pos), text=text)],
         ))
 
+    async def cursor_moved(self, path: Path, line: int, timeout: float = 120) -> list[Any]:
+        """What VS Code sends when the cursor settles: ``textDocument/codeAction`` at the empty
+        range there (for its light bulb). The server takes it as where the user is."""
+        pos = types.Position(line=line, character=0)
+        result = await self.request("textDocument/codeAction", types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
+            range=types.Range(start=pos, end=pos),
+            context=types.CodeActionContext(
+                diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Automatic)), timeout)
+        return list(result or [])
+
     async def ask(self, token: str, question: str, path: Path, line: int, max_tokens: int,
                   timeout: float, conversation_id: str | None = None
                   ) -> tuple[dict[str, Any], float, float]:

@@ -182,6 +182,10 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
         for i, kind in enumerate(tc.steps):
             step = script.plan(kind, texts)
             await _act(client, step, texts, tc.keystroke_s, tc.ask_timeout_s)
+            path, line = step.cursor
+            # The user puts the cursor where they will ask; the editor asks for code actions
+            # there, as VS Code does on every cursor move.
+            await client.cursor_moved(path, line, tc.ask_timeout_s)
             if startup_s is None:
                 # Before the first ask the user is reading the code: each system gets until
                 # it is ready (a: warm, the stable context prefilled; b: model and index loaded).
@@ -189,7 +193,6 @@ async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,
                 startup_s = time.perf_counter() - t_start
             await asyncio.sleep(tc.idle_gap_s)
             st = await client.request("contenox/status", None)
-            path, line = step.cursor
             ex: dict[str, Any] | None = None
             if capture:
                 # The prompt the ask is about to get, for c and d. Before the ask, not after:

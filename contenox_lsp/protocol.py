@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import attrs
 from cattrs import Converter
@@ -78,6 +78,17 @@ def raw_converter() -> Converter:
 
     for cls in (JsonRPCRequestMessage, JsonRPCResponseMessage, JsonRPCNotification):
         converter.register_structure_hook(cls, keep_raw)
+
+    def command_or_code_action(obj: Any, _: type) -> types.Command | types.CodeAction:
+        # lsprotocol 2025.0.0 takes anything with a "command" key for a Command, so a client
+        # could not read a CodeAction that carries its command. A Command's is a string.
+        if isinstance(obj, dict) and isinstance(obj.get("command"), str):
+            return converter.structure(obj, types.Command)
+        return converter.structure(obj, types.CodeAction)
+
+    # The union as lsprotocol spells it (typing.Union; ``X | Y`` is another key to cattrs).
+    converter.register_structure_hook(Union[types.Command, types.CodeAction],  # noqa: UP007
+                                      command_or_code_action)
     return converter
 
 

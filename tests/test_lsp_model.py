@@ -23,7 +23,6 @@ from test_lsp_support import (
     change_doc,
     copy_stdlib_json,
     open_doc,
-    raw_request,
     request,
     start_client,
     stop_client,
@@ -175,15 +174,19 @@ async def test_ask_streams_pieces_that_concatenate_to_the_text(warm: LanguageCli
 async def _code_actions(client: LanguageClient, uri: str, rng: dict[str, Any],
                         diagnostics: list[dict[str, Any]],
                         only: list[str] | None = None) -> list[dict[str, Any]]:
-    # Raw JSON: lsprotocol's client-side converter mistakes a CodeAction that carries a
-    # `command` for a bare Command, so the typed helper would garble the answer.
+    # Through the client's typed converter, as an editor built on lsprotocol reads them (it
+    # took a CodeAction that carries its command for a bare Command before raw_converter's fix).
     ctx: dict[str, Any] = {"diagnostics": diagnostics}
     if only is not None:
         ctx["only"] = only
-    result = await raw_request(client, "textDocument/codeAction", {
-        "textDocument": {"uri": uri}, "range": rng, "context": ctx})
-    assert isinstance(result, list)
-    return result
+    structure = client.protocol._converter.structure
+    params = structure({"textDocument": {"uri": uri}, "range": rng, "context": ctx},
+                       types.CodeActionParams)
+    result = await request(client, "textDocument/codeAction", params)
+    assert all(isinstance(a, types.CodeAction) for a in result)
+    unstructured = client.protocol._converter.unstructure(list(result))
+    assert isinstance(unstructured, list)
+    return unstructured
 
 
 def _rng(a: int, b: int, c: int, d: int) -> dict[str, Any]:
