@@ -606,7 +606,7 @@ class LlamaSession(SessionBase):
             payload = SnapshotPayload(
                 identity=self._resident_identity,
                 tokens=list(self._tokens),
-                state=bytes(buf[:n]),
+                state=ctypes.string_at(buf, n),  # buf[:n] would build a list of ints
                 meta={
                     "backend": self.backend,
                     "model": self._model.description,
