@@ -11,7 +11,9 @@ The idle prefill (``idle_prefill.IdlePrefill``) calls this at three points:
   yet and must be prefilled, the idle prefill stops at ``stable_end`` first and calls
   ``save(assembly)``, so the file holds exactly the stable prefix (llama.cpp keeps only the
   sliding window of a restored state: a snapshot can be extended, never rolled back into, so
-  it must hold no volatile tail). Saves are as rare as fresh prefills of a new stable prefix,
+  it must hold no volatile tail). When exactly the stable prefix is resident and unsaved (a
+  keystroke cancelled the step that would have saved it), the next idle prefill saves it
+  before it moves on. Saves are as rare as fresh prefills of a new stable prefix,
   each of which costs far more than the save.
 - ``save_at_shutdown()``: when the stable prefix is resident but was never saved (a save was
   preempted or refused), it is saved on shutdown, within a bounded time.
@@ -122,8 +124,12 @@ class AutoSnapshots:
         if not self.active(session) or n == 0:
             return None
         assert session is not None
-        if common_prefix_length(session.resident_tokens, assembly.tokens) >= n:
+        resident = session.resident_tokens
+        shared = common_prefix_length(resident, assembly.tokens)
+        if shared > n or (shared == n and len(resident) > n):
             return None  # already past it: saved, or saved at shutdown
+        # Exactly the stable prefix resident and unsaved (a keystroke cancelled the step that
+        # would have saved it): save it now, before the prefill moves on.
         store = self.store(session)
         if await asyncio.to_thread(store.get, assembly.prefix_key(n)) is not None:
             return None

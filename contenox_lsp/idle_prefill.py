@@ -170,7 +170,8 @@ class IdlePrefill:
                 return  # the hold timer kicks again
             pending = self.pending_tokens()
             assembly = self.assembly
-            if pending > 0 and self.snapshots is not None and assembly is not None:
+            if self.snapshots is not None and assembly is not None:
+                # Even with nothing pending: the stable prefix may be resident but unsaved.
                 await self._snapshot_step(target, assembly)
                 pending = self.pending_tokens() if self.target is target else 0
             if pending > 0:

@@ -25,6 +25,7 @@ from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Reporter
 from contenox_lsp.runtime import Runtime
 from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
+from contenox_lsp.worker import Priority
 from contextasm import Assembly, SegmentKind
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
@@ -234,3 +235,33 @@ async def test_a_user_job_preempts_background_prefill_and_the_rest_resumes(
     rt.idle.kick()
     await until(lambda: warm(rt))
     assert rt.idle.pending_tokens() == 0
+
+
+async def test_a_stable_prefix_left_resident_unsaved_is_saved_by_the_next_idle_prefill(
+        runtime: Any) -> None:
+    """A keystroke that lands while the idle prefill stops at the stable prefix skips the save
+    there; the next idle prefill, finding exactly the stable prefix resident and no snapshot of
+    it, saves it before it goes on (it used to go on and leave the save to shutdown)."""
+    rt, _, _ = runtime
+    await until(lambda: warm(rt))
+    session, assembly = rt.worker.session, rt.idle.assembly
+    assert session is not None and assembly is not None and rt.snapshots.active(session)
+    n = assembly.stable_end
+    key = assembly.prefix_key(n)
+    store = rt.snapshots.store(session)
+    await until(lambda: store.get(key) is not None)
+    store.remove(key)  # as if its save had been skipped
+    rt.snapshots.saved = None
+    stable = assembly.tokens[:n]
+
+    def roll_back(s: Any, job: Any) -> None:
+        s.prefill(stable, identity=s.identity)
+
+    await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
+                                               label="roll back").future)
+    assert rt.resident_tokens() == stable
+    rt.idle.kick()
+    await until(lambda: warm(rt) and rt.snapshots.saved is not None)
+    assert rt.snapshots.saved["tokens"] == n
+    assert store.get(key) is not None
+
