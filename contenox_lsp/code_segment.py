@@ -268,12 +268,11 @@ def code_inputs(
     # A cursor definition shown only as a header (or passed over) may still be shown whole
     # here; the function the cursor is in is where the user is, not what to show again.
     exclude = set(cursor_whole)
+    shown = {s.chunk.name for s in cursor if s.key in cursor_whole}
     if path is not None and at is not None and at[0] is not None:
         exclude.add((path, at[0].def_line))
-    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
-    shown = {s.chunk.name for s in cursor if s.key in cursor_whole}
-    if at is not None and at[0] is not None:
         shown.add(at[0].name)
+    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
     query = unanswered_part(req.question, shown)
     if not terms(query):
         return tuple(cursor_code), ()

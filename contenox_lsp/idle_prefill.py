@@ -186,7 +186,8 @@ class IdlePrefill:
     async def _snapshot_step(self, target: list[int], assembly: Assembly) -> None:
         """Restore what a snapshot holds; else stop at the stable prefix and save it."""
         assert self.snapshots is not None
-        await self.snapshots.restore(assembly)
+        if self._pending_of(target) > 0:  # else no snapshot can cover more than is resident
+            await self.snapshots.restore(assembly)
         stop = await self.snapshots.checkpoint(assembly)
         if stop is None or self.target is not target:
             return
