@@ -101,6 +101,7 @@ class Runtime:
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
         self.idle.after_warm = self.completion.warm_up
+        self.worker.before_job = self.completion.park_live
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
         self.last_cursor: tuple[Path, int] | None = None

@@ -72,6 +72,9 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name="contenox-engine", daemon=True)
         self.ready: concurrent.futures.Future[Session] = concurrent.futures.Future()
         """Resolves to the session once the model is loaded (or to the load error)."""
+        self.before_job: Callable[[Session, Job], None] | None = None
+        """Called on the engine thread before each job runs (the completion service parks
+        its live sequence there before another job takes it over)."""
 
     # -- public API (any thread) -------------------------------------------------------------
 
@@ -208,6 +211,12 @@ class EngineWorker:
         """Run ``job``; returns how to settle its future (None: already settled)."""
         if job.future.done():
             return None
+        hook = self.before_job
+        if hook is not None:
+            try:
+                hook(session, job)
+            except Exception:  # the job runs regardless; what the hook kept is only a cache
+                logger.exception("before-job hook failed (job %s)", job.label)
         try:
             job.check()
             result = job.fn(session, job)

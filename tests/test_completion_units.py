@@ -229,3 +229,61 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     s.reset()
     s.prefill(typed)
     assert warm == s.generate(8).tokens
+
+
+def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
+    llama_session: Any,
+) -> None:
+    """Back-to-back completions keep their state live and save no branch (a save copies the
+    whole KV stream); the worker's before-job hook parks it when another job (here an ask)
+    runs, and the next completion restored from it gives the cold run's greedy tokens. The
+    host is the real session with the runtime fields ``complete`` reads; jobs run inline."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from contenox_lsp.worker import Job, Priority
+
+    s = llama_session
+    chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
+
+    async def session() -> Any:
+        return s
+
+    async def run_user_job(fn: Any, label: str) -> Any:
+        return fn(s, Job(fn=fn, priority=Priority.USER, label=label))
+
+    host = SimpleNamespace(
+        worker=SimpleNamespace(session=s, busy_with=None),
+        idle=SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),
+        session=session, run_user_job=run_user_job)
+    service = CompletionService(host)  # type: ignore[arg-type]
+    ask = Job(fn=lambda *_: None, priority=Priority.USER, label="ask")
+
+    def complete(column: int) -> None:
+        win = cursor_window(SOURCE, 120, column)
+        asyncio.run(service.complete("file:///ws/m.py", "m.py", win, None))
+
+    s.reset()
+    s.prefill(chat)
+    complete(4)
+    complete(5)
+    assert "completion" not in {b.name for b in s.branches()}  # nothing copied per keystroke
+    service.park_live(s, Job(fn=lambda *_: None, priority=Priority.USER, label="completion"))
+    assert "completion" not in {b.name for b in s.branches()}
+    live = list(s.resident_tokens)
+    service.park_live(s, ask)  # an ask is about to run
+    assert {b.name: b.tokens for b in s.branches()}["completion"] == len(live)
+    s.prefill([*chat, s.tokenize(" x", add_bos=False)[0]])  # the ask takes the live sequence
+    service.park_live(s, ask)  # parked once: the ask's own state is not a completion's
+    assert {b.name: b.tokens for b in s.branches()}["completion"] == len(live)
+    complete(6)
+    stats = service.stats
+    assert stats.lastReusedTokens is not None and stats.lastPromptTokens is not None
+    assert stats.lastReusedTokens >= stats.lastPromptTokens - 2 * s.reuse_granularity
+    typed = build_prompt(s, "", "m.py", cursor_window(SOURCE, 120, 6), "prefix").tokens
+    assert s.resident_tokens[: len(typed)] == typed
+    warm = list(s.resident_tokens[len(typed):])  # what the completion decoded
+    assert warm
+    s.reset()
+    s.prefill(typed)
+    assert s.generate(len(warm)).tokens == warm

@@ -107,6 +107,33 @@ def test_common_prefix() -> None:
     assert common_prefix_length([], a) == 0
 
 
+def test_the_worker_calls_its_before_job_hook_first_and_runs_the_job_if_it_fails() -> None:
+    import contextlib
+
+    from contenox_lsp.worker import EngineWorker, Job, Priority
+
+    session = object()
+    worker = EngineWorker(lambda: contextlib.nullcontext(session))
+    order: list[str] = []
+
+    def hook(s: object, job: Job) -> None:
+        assert s is session
+        order.append(f"hook {job.label}")
+        if job.label == "second":
+            raise RuntimeError("the hook failed")
+
+    worker.before_job = hook
+    worker.start()
+    try:
+        for label in ("first", "second"):
+            job = worker.submit(lambda _s, j: order.append(f"run {j.label}") or j.label,
+                                priority=Priority.USER, label=label)
+            assert job.future.result(30) == label
+        assert order == ["hook first", "run first", "hook second", "run second"]
+    finally:
+        worker.stop()
+
+
 def test_worker_is_idle_before_a_job_settles() -> None:
     """Whoever awaits a job answers the editor at once: by then `busy_with` must be None, or
     a `contenox/status` sent right after the response would still report the job running."""
