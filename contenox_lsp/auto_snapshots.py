@@ -16,7 +16,9 @@ The idle prefill (``idle_prefill.IdlePrefill``) calls this at three points:
   before it moves on. Saves are as rare as fresh prefills of a new stable prefix,
   each of which costs far more than the save.
 - ``save_at_shutdown()``: when the stable prefix is resident but was never saved (a save was
-  preempted or refused), it is saved on shutdown, within a bounded time.
+  preempted), it is saved on shutdown, within a bounded time.
+
+A prefix the store refused (larger than its byte budget) is not written again by this process.
 
 Saves and loads run as background jobs on the engine worker, so a user request preempts the
 prefill around them and waits at most for one save (a single file write).
@@ -32,7 +34,7 @@ from typing import Any
 
 from contenox_lsp.snapshot_store import load_entry, snapshot_writer
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
-from contextasm import Assembly, SnapshotStore
+from contextasm import Assembly, SnapshotKey, SnapshotStore
 from contextasm.manifest import common_prefix_length
 from engine import Session
 from engine.errors import EngineError
@@ -58,6 +60,8 @@ class AutoSnapshots:
         """The last snapshot saved: ``{tokens, label}``."""
         self.skipped: str | None = None
         """Why the last restore or save was skipped (a corrupt file, a refusal), if it was."""
+        self._refused: set[SnapshotKey] = set()
+        """Prefixes the store refused (too large for its byte budget): not written again."""
 
     def active(self, session: Session | None) -> bool:
         return (self._enabled and session is not None
@@ -130,8 +134,11 @@ class AutoSnapshots:
             return None  # already past it: saved, or saved at shutdown
         # Exactly the stable prefix resident and unsaved (a keystroke cancelled the step that
         # would have saved it): save it now, before the prefill moves on.
+        key = assembly.prefix_key(n)
+        if key in self._refused:
+            return None  # refused once: every later kick would write it again for nothing
         store = self.store(session)
-        if await asyncio.to_thread(store.get, assembly.prefix_key(n)) is not None:
+        if await asyncio.to_thread(store.get, key) is not None:
             return None
         return n
 
@@ -162,7 +169,8 @@ class AutoSnapshots:
         n = assembly.stable_end
         if n == 0 or common_prefix_length(session.resident_tokens, assembly.tokens) < n:
             return
-        if self.store(session).get(assembly.prefix_key(n)) is not None:
+        key = assembly.prefix_key(n)
+        if key in self._refused or self.store(session).get(key) is not None:
             return
         self._worker.cancel_background()
         job = self._worker.submit(self._save_job(assembly, exact=False),
@@ -191,6 +199,7 @@ class AutoSnapshots:
                               label=f"auto: stable prefix, {n} tokens")
             if entry is None:
                 self.skipped = "snapshot save refused by the store's byte budget"
+                self._refused.add(key)
                 return
             self.saved = {"tokens": n, "label": entry.label}
             logger.info("saved the stable prefix (%d tokens) as a snapshot", n)

@@ -265,3 +265,49 @@ async def test_a_stable_prefix_left_resident_unsaved_is_saved_by_the_next_idle_p
     assert rt.snapshots.saved["tokens"] == n
     assert store.get(key) is not None
 
+
+
+async def test_a_prefix_the_store_refused_is_not_written_again(runtime: Any) -> None:
+    """A stable prefix larger than the store's byte budget is refused once, and said so; the
+    idle prefills after it do not write it again (each would cost a full state save on the
+    engine thread, at every kick)."""
+    rt, _, _ = runtime
+    await until(lambda: warm(rt))
+    session, assembly = rt.worker.session, rt.idle.assembly
+    assert session is not None and assembly is not None and rt.snapshots.active(session)
+    n = assembly.stable_end
+    key = assembly.prefix_key(n)
+    store = rt.snapshots.store(session)
+    await until(lambda: store.get(key) is not None)
+    store.remove(key)
+    store.byte_budget = 1  # smaller than any snapshot
+    writes: list[Any] = []
+    real_put = store.put
+
+    def counting_put(*args: Any, **kwargs: Any) -> Any:
+        writes.append(args[0])
+        return real_put(*args, **kwargs)
+
+    store.put = counting_put  # type: ignore[method-assign]
+    stable = assembly.tokens[:n]
+
+    def roll_back(s: Any, job: Any) -> None:
+        s.prefill(stable, identity=s.identity)
+
+    await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
+                                               label="roll back").future)
+    assert rt.resident_tokens() == stable
+    rt.idle.kick()
+    await until(lambda: rt.snapshots.skipped is not None)
+    assert "refused" in rt.snapshots.skipped
+    assert writes == [key] and store.get(key) is None
+    # Still exactly the stable prefix resident, still unsaved: neither the next idle
+    # prefill's checkpoint nor shutdown writes it again.
+    await until(lambda: not rt.idle.running)
+    if rt.resident_tokens() != stable:  # the idle target goes past the stable prefix
+        await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
+                                                   label="roll back").future)
+    assert rt.resident_tokens() == stable
+    assert await rt.snapshots.checkpoint(assembly) is None
+    rt.snapshots.save_at_shutdown()
+    assert writes == [key]

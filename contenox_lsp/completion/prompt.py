@@ -13,10 +13,10 @@ repository part stays warm and a keystroke only adds tokens at the end:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from contenox_lsp.completion.window import CursorWindow
+from contextasm.tokens import default_token_cache
 from engine import Session
 from engine.fim import FimTokens
 
@@ -65,35 +65,16 @@ def file_header(path: str) -> str:
     return f"\n# ---- {path} ----\n"
 
 
-class TokenCache:
-    """The tokens of the texts every keystroke's prompt repeats (the repository context, the
-    file header), per tokenizer: tokenizing a 1k-token context again costs ~3 ms a request."""
-
-    def __init__(self, size: int = 4) -> None:
-        self._size = size
-        self._entries: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
-
-    def tokenize(self, session: Session, text: str) -> tuple[int, ...]:
-        key = (session.identity.tokenizer_digest, text)
-        tokens = self._entries.get(key)
-        if tokens is None:
-            tokens = tuple(session.tokenize(text, add_bos=False, special=False))
-            self._entries[key] = tokens
-            if len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)
-        return tokens
-
-
 def build_prompt(session: Session, repo_context: str, path: str, win: CursorWindow,
-                 mode: str, cache: TokenCache | None = None) -> CompletionPrompt:
+                 mode: str) -> CompletionPrompt:
     """The tokens of a completion at ``win`` in ``path`` (workspace-relative)."""
     bos = [session.bos_token_id] if session.bos_token_id is not None \
         and session.profile.bos_policy == "add" else []
-    cache = cache if cache is not None else TokenCache()
-    context = cache.tokenize(session, repo_context)
-    header = cache.tokenize(session, file_header(path))
+    # Every keystroke repeats these two: looked up, not tokenized again (~3 ms a request
+    # for a 1k-token context).
+    cache = default_token_cache()
+    context = cache.tokenize(session, repo_context, special=False)
+    header = cache.tokenize(session, file_header(path), special=False)
     healed = heal_split(win.line_prefix)
     before_text = win.before[: len(win.before) - len(healed)]
     before = session.tokenize(before_text, add_bos=False, special=False)

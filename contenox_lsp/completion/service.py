@@ -18,13 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.completion.postprocess import finish
-from contenox_lsp.completion.prompt import (
-    CompletionPrompt,
-    TokenCache,
-    build_prompt,
-    choose_mode,
-    heal,
-)
+from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choose_mode, heal
 from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
@@ -121,7 +115,6 @@ class CompletionService:
         one): only then does the idle time warm the completion prompt too."""
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
         self._live_unparked = False  # the live sequence is a completion's, not parked yet
-        self._token_cache = TokenCache()  # used on the engine thread only
 
     def _repo_context(self, now: float) -> str:
         fresh = repo_context(self._rt.idle.assembly)
@@ -173,7 +166,7 @@ class CompletionService:
         def job(s: Session, j: Job) -> tuple[CompletionPrompt, PrefillStats, str, int]:
             # Tokenized here, on the engine thread: the context thread may be busy
             # re-assembling the chat context after the same keystroke.
-            prompt = build_prompt(s, context, rel, win, mode, self._token_cache)
+            prompt = build_prompt(s, context, rel, win, mode)
             _park_chat(s, chat_target)
             # The live sequence is this completion's from here on (even if it is cancelled
             # half-way). It is parked only when another job takes it over (``park_live``):
@@ -247,7 +240,7 @@ class CompletionService:
             return None
 
         def job(s: Session, j: Job) -> None:
-            prompt = build_prompt(s, context, rel, win, mode, self._token_cache)
+            prompt = build_prompt(s, context, rel, win, mode)
             _park_chat(s, chat_target)
             chunked_prefill(s, prompt.tokens[: prompt.code_end], j, lambda _pos: None,
                             step=BACKGROUND_STEP)
