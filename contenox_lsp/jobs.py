@@ -55,9 +55,13 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
     reused: int | None = None
     miss: str | None = None
     prefill_ms = 0.0
+    unit = max(1, session.reuse_granularity)
     while True:
         job.check()
-        end = len(tokens) if len(tokens) - pos <= step else pos + step
+        # A step ends on a reuse-block boundary (the start may be a piece inside one): the
+        # next step then reuses it whole.
+        aligned = (pos + step) // unit * unit
+        end = len(tokens) if len(tokens) - pos <= step else aligned if aligned > pos else pos + step
         r = session.prefill(tokens[:end], identity=session.identity)
         if reused is None:
             # The engine may keep less than the common prefix (identity miss, SWA clamp,

@@ -42,9 +42,9 @@ class Session(Protocol):
     def resident_identity(self) -> ContextIdentity | None: ...
     @property
     def reusable_resident(self) -> int:
-        """How many leading resident tokens a later prefill may reuse (llama.cpp with exact
-        reuse: those computed in whole chunks; generated tokens and a partial last chunk are
-        recomputed)."""
+        """How many leading resident tokens a later prefill may reuse at least (llama.cpp with
+        exact reuse: those computed in whole chunks; a prompt that ends in the same partial
+        chunk also reuses its whole tail pieces; generated tokens are recomputed)."""
         ...
     @property
     def capabilities(self) -> dict[str, bool]: ...

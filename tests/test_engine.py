@@ -4,9 +4,10 @@ Every "warm" result is checked against a cold run of the same full prompt (KV cl
 under greedy decoding, which is the correctness gate of prefix reuse. With exact reuse (the
 default profile) the gate is stronger: the next-token logits are bitwise equal too.
 
-The default profile reuses whole ``n_ubatch`` chunks only (``reuse_granularity``); prompts
-here are cut at chunk multiples where a test asserts that a whole prefix is reused, and
-``whole_chunks`` states what a prefix that ends inside a chunk gives.
+The default profile reuses whole ``n_ubatch`` chunks (``reuse_granularity``), and whole tail
+pieces of a last partial chunk when the next prompt ends in that chunk too; prompts here are
+cut at chunk multiples where a test asserts that a whole prefix is reused, and
+``whole_chunks`` / ``same_prompt_again`` state what a prefix that ends inside a chunk gives.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from engine import (
     load_profile,
     open_session,
 )
+from engine.llama.session import TAIL_PIECE, reusable_tokens
 from engine.results import RATE_MIN_TOKENS, PrefillResult, SessionMetrics
 from engine.snapshot_file import read_snapshot, write_snapshot
 
@@ -71,6 +73,16 @@ def whole_chunks(session: Session, n: int) -> int:
 
 def chunk(session: Session) -> int:
     return session.reuse_granularity
+
+
+def same_prompt_again(session: Session, n: int) -> int:
+    """What a prefill of the ``n``-token prompt just prefilled reuses: all but its last
+    token (re-decoded for its logits), back to a whole chunk or a whole piece of the last,
+    partial chunk."""
+    g = session.reuse_granularity
+    piece = TAIL_PIECE if g % TAIL_PIECE == 0 else g
+    exact = n // g * g
+    return reusable_tokens(n, n, exact, exact + (n - exact) // piece * piece, g, piece)
 
 
 @pytest.fixture()
@@ -115,8 +127,8 @@ def test_fully_cached_prompt_still_decodes_correctly(s: Any, text: str) -> None:
     toks = prompt(s, text, 300)
     cold = cold_tokens(s, toks)
     r = s.prefill(toks)
-    # The last token is re-decoded for its logits, with the rest of its chunk.
-    assert r.reused_tokens == whole_chunks(s, len(toks) - 1)
+    # The last token is re-decoded for its logits, with the rest of its tail piece.
+    assert r.reused_tokens == same_prompt_again(s, len(toks)) > whole_chunks(s, len(toks) - 1)
     assert s.generate(max_tokens=N_GEN).tokens == cold
 
 
@@ -349,7 +361,7 @@ def test_corrupt_snapshot_leaves_state_unchanged(
         s.load_snapshot(snap)
     assert s.resident_tokens == before
     r = s.prefill(other)
-    assert r.reused_tokens == whole_chunks(s, len(other) - 1)
+    assert r.reused_tokens == same_prompt_again(s, len(other))
 
 
 def test_incompatible_snapshot_is_refused(s: Any, text: str, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ AVX-512 (AVX2 kernels; see engine/README.md for the command).
 
 from __future__ import annotations
 
+import itertools
 import sysconfig
 import tempfile
 from collections.abc import Iterator
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from contextasm.manifest import common_prefix_length
 from engine import CancelledError, load_profile, open_session
+from engine.llama.session import TAIL_PIECE, reusable_tokens
 
 N_GEN = 16
 
@@ -64,6 +67,18 @@ def _whole(s: Any, n: int) -> int:
     return n // s.reuse_granularity * s.reuse_granularity
 
 
+def _kept(s: Any, resident: list[int], prefilled: int, prompt: list[int]) -> int:
+    """What exact reuse keeps of ``resident`` (its first ``prefilled`` tokens from one cold
+    prefill, the rest generated) for ``prompt``: the whole chunks, and the whole tail pieces
+    when ``prompt`` ends inside the same partial chunk."""
+    unit = s.reuse_granularity
+    piece = TAIL_PIECE if unit % TAIL_PIECE == 0 else unit
+    exact = prefilled // unit * unit
+    pieces = exact + (prefilled - exact) // piece * piece
+    return reusable_tokens(common_prefix_length(resident, prompt), len(prompt), exact, pieces,
+                           unit, piece)
+
+
 def _prompts(s: Any, text: str) -> tuple[list[int], list[int]]:
     """A prefix that ends inside a chunk (the hard case) and the full prompt after it."""
     base = s.tokenize(text, add_bos=True)
@@ -76,10 +91,12 @@ def test_live_prefix_reuse_after_another_answer(setting: Any, text: str) -> None
     prefix, full = _prompts(s, text)
     cold = _cold(s, full)
     s.reset()
-    s.prefill(prefix + s.tokenize("\n# something else\n"))
+    first = prefix + s.tokenize("\n# something else\n")
+    s.prefill(first)
     s.generate(max_tokens=8)  # generated tokens are resident too; they are not reused
+    resident = s.resident_tokens
     r = s.prefill(full)
-    assert r.reused_tokens == _whole(s, len(prefix)) > 0
+    assert r.reused_tokens == _kept(s, resident, len(first), full) >= _whole(s, len(prefix)) > 0
     assert _logits_and_tokens(s) == cold
 
 
@@ -94,9 +111,38 @@ def test_follow_up_after_the_answer(setting: Any, text: str) -> None:
     s.reset()
     s.prefill(prefix)
     assert s.generate(max_tokens=12).tokens == answer
+    resident = s.resident_tokens
     r = s.prefill(follow)
-    assert r.reused_tokens == _whole(s, len(prefix))
+    assert r.reused_tokens == _kept(s, resident, len(prefix), follow) >= _whole(s, len(prefix))
     assert _logits_and_tokens(s) == cold
+
+
+def test_a_prompt_growing_a_few_tokens_at_a_time(setting: Any, text: str) -> None:
+    """Keystrokes: each prompt is the last one plus a token or two, across a chunk boundary.
+    Inside the last chunk the whole tail pieces are reused, past it the chunk is recomputed
+    whole; every step gives the cold run's logits and tokens."""
+    s, _ = setting
+    base = s.tokenize(text, add_bos=True)
+    unit = s.reuse_granularity
+    start = 3 * unit - 11
+    ends = [start, start + 2, start + 3, start + 9, start + 10, start + 12, start + 19]
+    assert ends[-1] > 3 * unit  # the last steps cross into the next chunk
+    s.reset()
+    s.prefill(base[:start])
+    reused = []
+    for prev, end in itertools.pairwise(ends):
+        s.generate(max_tokens=2)  # the completion shown; not reused
+        resident = s.resident_tokens
+        r = s.prefill(base[:end])
+        reused.append(r.reused_tokens)
+        assert r.reused_tokens == _kept(s, resident, prev, base[:end])
+        warm = _logits_and_tokens(s)
+        assert warm == _cold(s, base[:end])
+        s.reset()
+        s.prefill(base[:end])  # back to where the keystroke left the session
+    piece = TAIL_PIECE if unit % TAIL_PIECE == 0 else unit
+    if piece < unit:
+        assert max(reused) > 2 * unit  # pieces of the partial chunk were reused
 
 
 def test_branch_restore(setting: Any, text: str) -> None:
@@ -110,6 +156,7 @@ def test_branch_restore(setting: Any, text: str) -> None:
     s.prefill(other)
     r = s.prefill(full)
     assert r.restored_branch == "a"
+    assert r.reused_tokens == _kept(s, prefix, len(prefix), full)
     assert _logits_and_tokens(s) == cold
     s.branch_drop("a")
 
@@ -183,7 +230,8 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     s.branch_save("long")
     s.prefill(base[:1] + base[900 : 900 + 200])
     r = s.prefill(full)
-    assert (r.restored_branch, r.reused_tokens, r.miss_reason) == ("long", whole, None)
+    kept = _kept(s, prefix, len(prefix), full)
+    assert (r.restored_branch, r.reused_tokens, r.miss_reason) == ("long", kept, None)
     assert _logits_and_tokens(s) == cold
     s.branch_drop("long")
 

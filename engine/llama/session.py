@@ -11,9 +11,13 @@ are not batch-invariant (which matmul and attention kernel a token goes through,
 rounding, depends on the micro-batch it is in and on the KV cell layout), so:
 
 - every prompt is decoded in micro-batches that start at multiples of ``n_ubatch`` (the chunk),
-  cold or warm, so each position is always computed in the same micro-batch;
-- only whole chunks are reused; a partial last chunk, and anything decoded token by token
-  (generated tokens), is recomputed as part of the next prompt's chunk;
+  cold or warm, so each position is always computed in the same micro-batch; the prompt's last,
+  partial chunk is decoded in pieces of ``TAIL_PIECE`` tokens and then the rest;
+- only what a cold prefill of the new prompt computes in the same micro-batches is reused:
+  whole chunks, and, when the new prompt ends inside the same partial chunk (a keystroke, a
+  completion typed through), its whole pieces. A prompt that grows past that chunk recomputes
+  it whole, as a cold prefill does; anything decoded token by token (generated tokens) is
+  recomputed too;
 - every sequence has its own KV stream, so the live sequence sits at cells ``0..n-1`` in
   position order, as after a cold prefill; branches are whole-stream copies (every cell of the
   sliding window kept) and snapshots are loaded into the live stream itself.
@@ -80,6 +84,26 @@ class _Branch:
     identity: ContextIdentity
     last_used: float
     exact_tokens: int
+    piece_tokens: int
+
+
+#: The piece size of a prompt's last, partial chunk under exact reuse (see the module doc): a
+#: keystroke recomputes at most this many tokens before its own, not a whole chunk's worth
+#: (at most 31 more tokens at n_ubatch 32, ~40 ms on 2 cores), for a few small micro-batches
+#: at the end of each cold prefill.
+TAIL_PIECE = 8
+
+
+def reusable_tokens(common: int, prompt_len: int, exact: int, pieces: int, chunk: int,
+                    piece: int) -> int:
+    """Of ``common`` leading tokens shared with a resident sequence computed in whole chunks
+    up to ``exact`` and in whole tail pieces up to ``pieces``, how many a prefill of a
+    ``prompt_len``-token prompt keeps: those a cold prefill of that prompt computes in the
+    same micro-batches, never its last token (its logits are computed again)."""
+    n = min(common, prompt_len - 1)
+    if n >= exact and prompt_len // chunk * chunk == exact:
+        return max(exact, min(n, pieces) // piece * piece)  # inside the same partial chunk
+    return max(0, min(n, exact)) // chunk * chunk
 
 
 def _ms(t0: float) -> float:
@@ -116,10 +140,14 @@ class LlamaSession(SessionBase):
         self._exact = profile.exact_reuse
         # The reuse unit: exact reuse keeps whole n_ubatch chunks only (see the module doc).
         self._chunk = int(profile.get("context.n_ubatch")) if self._exact else 1
+        # The last partial chunk's pieces (the chunk itself where it does not divide it).
+        self._piece = TAIL_PIECE if self._chunk % TAIL_PIECE == 0 else self._chunk
         # Prefill batches start on chunk boundaries: n_batch rounded down to whole chunks.
         self._n_batch = max(self._chunk, profile.n_batch // self._chunk * self._chunk)
-        # Leading resident tokens computed in whole aligned chunks (reusable under exact reuse).
+        # Leading resident tokens computed in whole aligned chunks (reusable under exact reuse),
+        # and, from there, in whole pieces of the partial chunk after them (>= _exact_tokens).
         self._exact_tokens = 0
+        self._piece_tokens = 0
         # A cross-stream sequence copy that llama.cpp has not run yet (see _flush_copies).
         self._copies_pending = False
         self._n_seq_max = int(profile.get("context.n_seq_max"))
@@ -363,14 +391,14 @@ class LlamaSession(SessionBase):
                 self._clear_live()
         self._resident_identity = ident
 
-        n = self._reusable(common_prefix_length(self._tokens, toks), self.reusable_resident, toks)
+        n = self._reusable(self._tokens, self._exact_tokens, self._piece_tokens, toks)
         restored: str | None = None
         best = self._best_branch(toks, ident)
         if best is not None and best[1] > n:
             branch, n = best
             self._copy_seq(branch.seq_id, MAIN_SEQ)
             self._tokens = list(branch.tokens)
-            self._exact_tokens = branch.exact_tokens
+            self._exact_tokens, self._piece_tokens = branch.exact_tokens, branch.piece_tokens
             branch.last_used = time.monotonic()
             restored = branch.name
 
@@ -392,21 +420,30 @@ class LlamaSession(SessionBase):
                 n = 0
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
             del self._tokens[n:]
-        self._exact_tokens = min(self._exact_tokens, n)
+        self._cut_computed(n)
         return n, reason, restored
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
         toks = list(tokens)
-        n = self._live_warm_prefix(toks, self.identity, self._chunk)
+        live_ident = self._resident_identity
+        n = 0 if live_ident is not None and live_ident != self.identity else self._reusable(
+            self._tokens, self._exact_tokens, self._piece_tokens, toks)
         best = self._best_branch(toks, self.identity)
         return max(n, best[1]) if best is not None else n
 
-    def _reusable(self, common: int, computed: int, toks: Sequence[int]) -> int:
-        """Of ``common`` matching resident tokens, how many this prefill keeps: not the last
-        prompt token (its logits are needed, so it is re-decoded), not past ``computed`` (the
-        tokens computed in whole chunks), and only whole chunks."""
-        n = min(common, computed, len(toks) - 1)
-        return n // self._chunk * self._chunk
+    def _reusable(self, resident: Sequence[int], exact: int, pieces: int,
+                  toks: Sequence[int]) -> int:
+        """How many of ``resident`` (computed as ``exact``/``pieces`` say) a prefill of
+        ``toks`` keeps (``reusable_tokens``); without exact reuse, the common prefix."""
+        common = common_prefix_length(resident, toks)
+        if not self._exact:
+            return max(0, min(common, len(toks) - 1))
+        return reusable_tokens(common, len(toks), exact, pieces, self._chunk, self._piece)
+
+    def _cut_computed(self, n: int) -> None:
+        """The live sequence was cut back to ``n`` tokens."""
+        self._exact_tokens = min(self._exact_tokens, n)
+        self._piece_tokens = max(self._exact_tokens, min(self._piece_tokens, n))
 
     def reset(self) -> None:
         """Forget everything resident (live sequence and parked branches): a cold session."""
@@ -416,14 +453,14 @@ class LlamaSession(SessionBase):
             if self._mem is not None:
                 llama_cpp.llama_memory_clear(self._mem, True)
             self._tokens = []
-            self._exact_tokens = 0
+            self._exact_tokens = self._piece_tokens = 0
             self._resident_identity = None
             self._logits_ready = False
 
     def _clear_live(self) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
         self._tokens = []
-        self._exact_tokens = 0
+        self._exact_tokens = self._piece_tokens = 0
 
     def _fill_batch(self, chunk: Sequence[int], pos: int, logits_last: bool) -> None:
         b = self._batch
@@ -438,18 +475,39 @@ class LlamaSession(SessionBase):
             b.logits[len(chunk) - 1] = 1
 
     def _decode_suffix(self, suffix: Sequence[int], pos: int) -> None:
-        for start in range(0, len(suffix), self._n_batch):
+        end = pos + len(suffix)
+        for start, stop, kind in self._schedule(pos, end):
             if self._cancel.is_set():
                 raise CancelledError(
                     "prefill cancelled", committed_tokens=len(self._tokens), stage="prefill"
                 )
-            chunk = suffix[start : start + self._n_batch]
-            last = start + self._n_batch >= len(suffix)
-            self._decode_chunk(chunk, pos, logits_last=last, stage="prefill")
+            chunk = suffix[start - pos : stop - pos]
+            self._decode_chunk(chunk, start, logits_last=stop == end, stage="prefill")
             self._tokens.extend(chunk)
-            pos += len(chunk)
-            # Batches start on chunk boundaries, so every whole chunk so far is a cold one.
-            self._exact_tokens = len(self._tokens) // self._chunk * self._chunk
+            # Each micro-batch is the one a cold prefill of this prompt computes there.
+            if kind == "chunks":
+                self._exact_tokens = self._piece_tokens = stop
+            elif kind == "piece":
+                self._piece_tokens = stop
+
+    def _schedule(self, pos: int, end: int) -> list[tuple[int, int, str]]:
+        """The batches that decode positions ``pos..end-1`` (see the module doc): whole
+        chunks in n_batch batches (llama.cpp splits them into n_ubatch micro-batches), then
+        the last partial chunk's whole pieces, then the rest. ``pos`` is where reuse stopped:
+        a chunk boundary, or a piece boundary inside the last chunk."""
+        if not self._exact:  # chunk = 1: everything counts as computed
+            return [(s, min(s + self._n_batch, end), "chunks")
+                    for s in range(pos, end, self._n_batch)]
+        full_end = end // self._chunk * self._chunk
+        assert pos >= full_end or pos % self._chunk == 0, (pos, self._chunk)
+        pieces_end = full_end + (end - full_end) // self._piece * self._piece
+        out = [(s, min(s + self._n_batch, full_end), "chunks")
+               for s in range(pos, full_end, self._n_batch)]
+        out += [(s, s + self._piece, "piece") for s in range(max(pos, full_end), pieces_end,
+                                                              self._piece)]
+        if max(pos, pieces_end) < end:
+            out.append((max(pos, pieces_end), end, "rest"))
+        return out
 
     def _decode_chunk(
         self, chunk: Sequence[int], pos: int, *, logits_last: bool, stage: str
@@ -484,7 +542,7 @@ class LlamaSession(SessionBase):
             )
         # Partial micro-batches may remain in KV (status 2): cut back to what we committed.
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, committed, -1)
-        self._exact_tokens = min(self._exact_tokens, committed)
+        self._cut_computed(committed)
         if status == 2:
             raise CancelledError(f"{stage} cancelled", **data)
         if status == 1:
@@ -497,7 +555,7 @@ class LlamaSession(SessionBase):
         self._ctx = None
         self._mem = None
         self._tokens = []
-        self._exact_tokens = 0
+        self._exact_tokens = self._piece_tokens = 0
         self._resident_identity = None
         self._branches.clear()
         self._logits_ready = False
@@ -597,6 +655,7 @@ class LlamaSession(SessionBase):
                     )
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, self._exact_tokens, -1)
                 del self._tokens[self._exact_tokens :]
+                self._piece_tokens = self._exact_tokens
                 self._logits_ready = False
             t0 = time.perf_counter()
             self._flush_copies()
@@ -651,7 +710,7 @@ class LlamaSession(SessionBase):
                 llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
                 if target == MAIN_SEQ:
                     self._tokens = []
-                    self._exact_tokens = 0
+                    self._exact_tokens = self._piece_tokens = 0
                 raise SnapshotCorruptError(
                     f"llama.cpp rejected the state in {path}" if read == 0 else
                     f"the state in {path} ends at position {last}, its header holds "
@@ -664,7 +723,7 @@ class LlamaSession(SessionBase):
                 # at once and lays them out as a cold prefill would.
                 llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
-                self._tokens, self._exact_tokens = [], 0
+                self._tokens, self._exact_tokens, self._piece_tokens = [], 0, 0
                 if not llama_cpp.llama_state_seq_set_data(
                     self._ctx, arr, len(payload.state), MAIN_SEQ
                 ):
@@ -675,7 +734,7 @@ class LlamaSession(SessionBase):
                         reason="state rejected",
                     )
             self._tokens = list(payload.tokens)
-            self._exact_tokens = self._snapshot_exact_tokens(payload)
+            self._exact_tokens = self._piece_tokens = self._snapshot_exact_tokens(payload)
             self._resident_identity = payload.identity
             self._logits_ready = False
             result = SnapshotResult(
@@ -751,8 +810,7 @@ class LlamaSession(SessionBase):
         for b in sorted(self._branches.values(), key=lambda b: b.name):
             if b.identity != ident:
                 continue
-            computed = b.exact_tokens if self._exact else len(b.tokens)
-            n = self._reusable(common_prefix_length(b.tokens, toks), computed, toks)
+            n = self._reusable(b.tokens, b.exact_tokens, b.piece_tokens, toks)
             if best is None or n > best[1]:
                 best = (b, n)
         return best
@@ -786,6 +844,7 @@ class LlamaSession(SessionBase):
             self._resident_identity,
             time.monotonic(),
             self._exact_tokens,
+            self._piece_tokens,
         )
         self._branches[name] = branch
         return BranchInfo(name=name, seq_id=seq, tokens=len(branch.tokens))
@@ -796,7 +855,7 @@ class LlamaSession(SessionBase):
             raise InvalidSessionStateError(f"no parked branch named {name!r}", branch=name)
         self._copy_seq(branch.seq_id, MAIN_SEQ)
         self._tokens = list(branch.tokens)
-        self._exact_tokens = branch.exact_tokens
+        self._exact_tokens, self._piece_tokens = branch.exact_tokens, branch.piece_tokens
         self._resident_identity = branch.identity
         self._logits_ready = False
         branch.last_used = time.monotonic()
