@@ -342,7 +342,8 @@ def _typing(sec: dict[str, Any]) -> list[str]:
         "",
         f"The last {sec['lines_typed']} lines of a real function body typed back character by "
         f"character, a completion request at each pause: {sec['requests']} requests, "
-        f"{sec['model_calls']} model calls, {sec['typed_through']} typed-through, "
+        f"{sec['model_calls']} model calls ({sec.get('speculation_hits', 0)} of them started "
+        f"by the keystroke, before the request), {sec['typed_through']} typed-through, "
         f"{sec['accepted']} suggestions accepted. Latency: a client-side round trip; c, d: "
         "in-process prefill + decode of the same number of tokens.",
         "",

@@ -7,8 +7,9 @@ word, a bracket, a comma, the end of a line: where an editor's debounce would fi
 suggestion that is the start of what comes next is accepted, as a user would.
 
 a. this server over stdio (``textDocument/inlineCompletion``; the client declares inline
-   completion, as VS Code does, so the idle time warms the completion prompt at the cursor);
-   its per-request prefill figures come from ``contenox/status``.
+   completion, as VS Code does, so the idle time warms the completion prompt at the cursor;
+   the keystroke before each pause starts the completion there as speculation); its
+   per-request prefill figures come from ``contenox/status``.
 c. a fresh context per request: the same prompts (this server's layout, rebuilt in process
    from the same repository text), prefilled from nothing, the same number of tokens decoded.
 d. one longest-common-prefix session fed the llama.vscode request shape: a ring of 64-line
@@ -175,12 +176,14 @@ async def _complete(client: EditorClient, path: Path, line: int, col: int,
     after = (await client.request("contenox/status", None))["completion"]
     items = result.get("items", []) if isinstance(result, dict) else []
     typed_through = after["typedThrough"] > before["typedThrough"]
+    speculated = after["speculationHits"] > before["speculationHits"]
     model_call = after["requests"] > before["requests"]
     return {
         "line": line, "column": col, "document": text,
         "latency_ms": latency,
         "text": items[0]["insertText"] if items else None,
         "typed_through": typed_through,
+        "speculated": speculated,  # answered by the run the keystroke started
         "new_tokens": after["lastNewTokens"] if model_call else 0,
         "prompt_tokens": after["lastPromptTokens"] if model_call else None,
         "decode_tokens": after["lastDecodeTokens"] if model_call else 0,
@@ -277,6 +280,7 @@ def _report(a: dict[str, Any], c: list[dict[str, Any]], d: list[dict[str, Any]],
         "requests": len(rows),
         "model_calls": len(model_rows),
         "typed_through": sum(1 for r in rows if r["typed_through"]),
+        "speculation_hits": sum(1 for r in rows if r.get("speculated")),
         "accepted": sum(1 for r in rows if r["accepted"]),
         "lines_typed": tc.lines,
         "a": {"latency_ms": summary(lat_a, "ms"), "p95_ms": _p(lat_a, 0.95),

@@ -119,6 +119,40 @@ async def test_typing_the_start_of_the_suggestion_answers_the_rest(
     assert after["requests"] == before["requests"]  # no model call
 
 
+async def test_a_keystroke_starts_the_completion_the_editor_asks_for_next(
+    client: LanguageClient, workspace: Path,
+) -> None:
+    """While the user types with completions on, a keystroke starts the completion at the
+    cursor it leaves as background work; the request that follows the editor's debounce takes
+    it over (no second model call) and gets what asking afresh there gives."""
+    path = workspace / "speculate.py"
+    path.write_text(SOURCE, "utf-8")
+    uri = open_doc(client, path, SOURCE)
+
+    async def ask(character: int, version: int) -> dict[str, Any]:
+        result: dict[str, Any] = await raw_request(client, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri, "version": version},
+            "position": {"line": LINE, "character": character},
+            "context": {"triggerKind": 2}}, timeout=300)
+        return result
+
+    await ask(COL, 1)  # the user is typing with completions on
+    before = await completion_status(client)
+    change_doc(client, uri, 2, [(LINE, COL, LINE, COL, "c")])
+    await wait_until(lambda: completion_status(client),
+                     lambda st: st["speculated"] > before["speculated"])
+    taken = await ask(COL + 1, 2)
+    after = await completion_status(client)
+    assert after["speculationHits"] == before["speculationHits"] + 1
+    assert after["requests"] == before["requests"] + 1
+    assert after["lastNewTokens"] == after["lastPromptTokens"] - after["lastReusedTokens"]
+    afresh = await ask(COL + 1, 2)  # nothing speculated for it now: a model call
+    final = await completion_status(client)
+    assert final["speculationHits"] == after["speculationHits"]
+    assert final["requests"] == after["requests"] + 1
+    assert [i["insertText"] for i in taken["items"]] == [i["insertText"] for i in afresh["items"]]
+
+
 async def test_a_stale_version_gets_an_empty_list(client: LanguageClient) -> None:
     assert (await complete(client, LINE, COL, version=1))["items"] == []
 

@@ -287,3 +287,42 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     s.reset()
     s.prefill(typed)
     assert s.generate(len(warm)).tokens == warm
+
+
+def test_a_speculation_is_handed_over_only_for_its_place_once_started() -> None:
+    import asyncio
+
+    from contenox_lsp.completion.speculation import At, Speculation
+
+    here, there = At("file:///m.py", 2, 5, 9), At("file:///m.py", 2, 5, 10)
+
+    async def scenario() -> None:
+        spec: Speculation[str] = Speculation()
+        started = asyncio.Event()
+        runs: list[asyncio.Task[Any]] = []
+
+        async def run() -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            runs.append(task)
+            started.set()
+            await asyncio.sleep(0.05)
+            return "done"
+
+        spec.schedule(here, run, delay_s=0.01)
+        assert spec.take(here) is None  # not started yet: the request runs its own
+        assert not started.is_set()
+        spec.schedule(here, run, delay_s=0.01)
+        await started.wait()
+        task = spec.take(here)
+        assert task is not None and await task == "done"
+        assert spec.take(here) is None  # handed over once
+        started.clear()
+        spec.schedule(here, run, delay_s=0.0)
+        await started.wait()
+        assert spec.take(there) is None  # another place: dropped, and its run cancelled
+        await asyncio.sleep(0.1)
+        assert runs[-1].cancelled() and len(runs) == 2
+        assert spec.take(here) is None
+
+    asyncio.run(scenario())

@@ -10,7 +10,9 @@ evicts the other.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,16 +21,18 @@ from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choose_mode, heal
+from contenox_lsp.completion.speculation import Speculation
 from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import BACKGROUND_STEP, PrefillStats, chunked_prefill
-from contenox_lsp.worker import EngineWorker, Job, Priority
+from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SegmentKind
 from contextasm.manifest import common_prefix_length
 from engine import Session
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 class CompletionHost(Protocol):
@@ -85,6 +89,18 @@ class CompletionStats:
     lastContextTokens: int | None = None
     lastDecodeTokens: int | None = None
     mode: str | None = None
+    speculated: int = 0
+    speculationHits: int = 0
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """What one model completion produced, before post-processing."""
+
+    prompt: CompletionPrompt
+    stats: PrefillStats
+    raw: str
+    decode_tokens: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,8 @@ class CompletionService:
         one): only then does the idle time warm the completion prompt too."""
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
         self._live_unparked = False  # the live sequence is a completion's, not parked yet
+        self._last_request_at: float | None = None
+        self.speculation: Speculation[ModelRun | None] = Speculation()
 
     def _repo_context(self, now: float) -> str:
         fresh = repo_context(self._rt.idle.assembly)
@@ -145,15 +163,55 @@ class CompletionService:
 
     async def complete(self, uri: str, rel: str, win: CursorWindow,
                        previous_line: str | None) -> Outcome:
-        rt = self._rt
         t0 = time.perf_counter()
-        self.stats.requests += 1
-        self.wanted = True
-        busy = rt.worker.busy_with
-        if busy is not None and busy.priority == Priority.USER and busy.label != JOB_LABEL:
+        self._note_request()
+        if self._busy_with_user():
             self.stats.skippedBusy += 1
             return Outcome(None, None)  # never wait behind an ask (a superseded completion
             # ahead of this one stops within one batch)
+        run = await self._run(rel, win, t0, Priority.USER)
+        return self._show(uri, win, previous_line, run, t0)
+
+    def answer(self, uri: str, win: CursorWindow, previous_line: str | None, run: ModelRun,
+               t0: float) -> Outcome:
+        """A request (received at ``t0``) answered by the speculative ``run`` at its place."""
+        self._note_request()
+        self.stats.speculationHits += 1
+        return self._show(uri, win, previous_line, run, t0)
+
+    @property
+    def typing(self) -> bool:
+        """The user is typing with completions on: one was asked in the last few seconds."""
+        at = self._last_request_at
+        return at is not None and time.monotonic() - at <= STICKY_CONTEXT_S
+
+    async def speculate(self, rel: str, win: CursorWindow) -> ModelRun | None:
+        """The model completion at ``win`` as background work (``speculation``); None when
+        an ask is running or something preempted it."""
+        if self._busy_with_user():
+            return None
+        try:
+            run = await self._run(rel, win, time.perf_counter(), Priority.BACKGROUND)
+        except JobCancelled:
+            return None
+        except Exception as exc:  # the request then runs it again and reports what fails
+            logger.debug("speculative completion failed: %r", exc)
+            return None
+        self.stats.speculated += 1
+        return run
+
+    def _note_request(self) -> None:
+        self.stats.requests += 1
+        self.wanted = True
+        self._last_request_at = time.monotonic()
+
+    def _busy_with_user(self) -> bool:
+        busy = self._rt.worker.busy_with
+        return busy is not None and busy.priority == Priority.USER and busy.label != JOB_LABEL
+
+    async def _run(self, rel: str, win: CursorWindow, t0: float,
+                   priority: Priority) -> ModelRun:
+        rt = self._rt
         session = await rt.session()
         profile = session.profile
         mode = choose_mode(profile.completion_mode, session.fim_tokens)
@@ -163,7 +221,7 @@ class CompletionService:
         deadline_s = profile.completion_timeout_ms / 1000.0
         chat_target = rt.idle.target
 
-        def job(s: Session, j: Job) -> tuple[CompletionPrompt, PrefillStats, str, int]:
+        def job(s: Session, j: Job) -> ModelRun:
             # Tokenized here, on the engine thread: the context thread may be busy
             # re-assembling the chat context after the same keystroke.
             prompt = build_prompt(s, context, rel, win, mode)
@@ -174,13 +232,25 @@ class CompletionService:
             self._live_unparked = True
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
             raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
-            return prompt, stats, raw, n
+            return ModelRun(prompt, stats, raw, n)
 
         # While the user types, completions keep the live sequence; the chat prefix (parked)
         # is brought back once they pause.
         rt.idle.hold(STICKY_CONTEXT_S)
-        prompt, stats, raw, n_gen = await rt.run_user_job(job, JOB_LABEL)
-        text = finish(heal(raw, prompt.healed), win, previous_line)
+        if priority == Priority.USER:
+            return await rt.run_user_job(job, JOB_LABEL)
+        submitted = rt.worker.submit(job, priority=priority, label=JOB_LABEL)
+        try:
+            result: ModelRun = await asyncio.wrap_future(submitted.future)
+        except asyncio.CancelledError:
+            rt.worker.cancel(submitted)
+            raise
+        return result
+
+    def _show(self, uri: str, win: CursorWindow, previous_line: str | None, run: ModelRun,
+              t0: float) -> Outcome:
+        prompt, stats = run.prompt, run.stats
+        text = finish(heal(run.raw, prompt.healed), win, previous_line)
         latency = (time.perf_counter() - t0) * 1000.0
         st = self.stats
         st.lastLatencyMs = round(latency, 3)
@@ -188,11 +258,11 @@ class CompletionService:
         st.lastReusedTokens = stats.reused_tokens
         st.lastPromptTokens = len(prompt.tokens)
         st.lastContextTokens = prompt.context_tokens
-        st.lastDecodeTokens = n_gen
+        st.lastDecodeTokens = run.decode_tokens
         st.mode = prompt.mode
         metrics = {"latencyMs": st.lastLatencyMs, "newTokens": stats.new_tokens,
                    "reusedTokens": stats.reused_tokens, "promptTokens": len(prompt.tokens),
-                   "contextTokens": prompt.context_tokens, "decodeTokens": n_gen,
+                   "contextTokens": prompt.context_tokens, "decodeTokens": run.decode_tokens,
                    "mode": prompt.mode}
         if text is None:
             return Outcome(None, None, metrics=metrics)

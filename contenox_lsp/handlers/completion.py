@@ -9,12 +9,16 @@ completion for old text.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
 
 from contenox_lsp import params as P
-from contenox_lsp.completion.window import cursor_window
+from contenox_lsp.completion.speculation import At
+from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.documents import open_document
 from contenox_lsp.handlers.common import run_cancellable, single_arg
 from contenox_lsp.paths import relative_to_roots
@@ -27,6 +31,7 @@ EMPTY: dict[str, Any] = {"items": []}
 
 
 async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    t0 = time.perf_counter()
     p = P.as_object(params, INLINE_COMPLETION, allow_none=False)
     uri = P.text_document_uri(p, "params", required=True)
     assert uri is not None
@@ -56,8 +61,7 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if rt is None or rt.worker.session is None:
         return EMPTY  # the model is loading: nothing, not an error
     rt.cursor_at(path, pos.line)  # where the user is: the idle prefill warms the ask there
-    column = _column(ls, line_text, pos.character)
-    win = cursor_window(doc.source, pos.line, column)
+    win, previous_line = _window(ls, doc.source, lines, pos.line, pos.character)
     previous = ls.completion_task
     if previous is not None and not previous.done():
         ls.completion_superseded = previous
@@ -65,13 +69,18 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     service = rt.completion
     hit = service.typed_through(uri, pos.line, win.line_prefix)
     if hit is not None and hit.text is not None and hit.id is not None:
+        service.speculation.drop()
         return _items(hit.text, hit.id, pos)
     task = asyncio.current_task()
     ls.completion_task = task
-    previous_line = lines[pos.line - 1].rstrip("\r\n") if pos.line > 0 else None
     rel = relative_to_roots(path, ls.roots())
+    speculated = service.speculation.take(At(uri, doc.version, pos.line, pos.character))
     try:
-        out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
+        run = await run_cancellable(ls, speculated) if speculated is not None else None
+        if run is not None:
+            out = service.answer(uri, win, previous_line, run, t0)
+        else:  # none started here, or an ask preempted it
+            out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
     except asyncio.CancelledError:
         if ls.completion_superseded is task:
             return EMPTY
@@ -93,6 +102,49 @@ async def accept_completion(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     rt = ls.runtime
     counted = rt is not None and rt.completion.accepted(completion_id, length)
     return {"counted": counted}
+
+
+def speculate_after_edit(ls: ContenoxServer, path: Path,
+                         params: types.DidChangeTextDocumentParams) -> None:
+    """A keystroke while the user types with completions on: start the completion at the
+    cursor it leaves in the background (``completion.speculation``), so the request the
+    editor sends after its debounce finds it done or under way. Only for one insertion,
+    whose end is where the cursor is."""
+    rt = ls.runtime
+    if rt is None or rt.worker.session is None:
+        return
+    service = rt.completion
+    service.speculation.drop()  # the document changed: what was speculated is stale
+    changes = params.content_changes
+    if not service.typing or len(changes) != 1 \
+            or not isinstance(changes[0], types.TextDocumentContentChangePartial):
+        return
+    change = changes[0]
+    doc = open_document(ls.workspace, path)
+    if doc is None:
+        return
+    units = ls.workspace.position_codec.client_num_units
+    inserted = change.text.split("\n")
+    line = change.range.start.line + len(inserted) - 1
+    character = units(inserted[-1]) + (change.range.start.character if len(inserted) == 1
+                                       else 0)
+    lines = doc.lines
+    if line >= len(lines) or character > units(lines[line].rstrip("\r\n")):
+        return
+    win, _ = _window(ls, doc.source, lines, line, character)
+    rel = relative_to_roots(path, ls.roots())
+    uri = params.text_document.uri
+    service.speculation.schedule(At(uri, doc.version, line, character),
+                                 lambda: service.speculate(rel, win))
+
+
+def _window(ls: ContenoxServer, source: str, lines: Sequence[str], line: int,
+            character: int) -> tuple[CursorWindow, str | None]:
+    """The completion window at ``line``/``character`` (client units) and the line above."""
+    line_text = lines[line].rstrip("\r\n") if line < len(lines) else ""
+    win = cursor_window(source, line, _column(ls, line_text, character))
+    previous_line = lines[line - 1].rstrip("\r\n") if line > 0 else None
+    return win, previous_line
 
 
 def _column(ls: ContenoxServer, line_text: str, character: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from lsprotocol import types
 
 from contenox_lsp.documents import change_to_edit, encoding_name
+from contenox_lsp.handlers.completion import speculate_after_edit
 from contenox_lsp.server import ContenoxServer
 
 
@@ -27,6 +28,7 @@ def did_change(ls: ContenoxServer, params: types.DidChangeTextDocumentParams) ->
     edits = [change_to_edit(c) for c in params.content_changes]
     clean = None if any(e is None for e in edits) else [e for e in edits if e is not None]
     ls.runtime.buffer_changed(path, doc.source, clean, encoding_name(ls.workspace))
+    speculate_after_edit(ls, path, params)
 
 
 def did_save(ls: ContenoxServer, params: types.DidSaveTextDocumentParams) -> None:
