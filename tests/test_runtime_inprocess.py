@@ -237,34 +237,51 @@ async def test_a_user_job_preempts_background_prefill_and_the_rest_resumes(
     assert rt.idle.pending_tokens() == 0
 
 
+class UnsavedStablePrefix:
+    """A warm runtime whose stable prefix snapshot was saved and then removed, as if its save
+    had been skipped; ``roll_back()`` leaves exactly the stable prefix resident."""
+
+    def __init__(self, rt: Runtime) -> None:
+        session, assembly = rt.worker.session, rt.idle.assembly
+        assert session is not None and assembly is not None and rt.snapshots.active(session)
+        self.rt, self.assembly = rt, assembly
+        self.n = assembly.stable_end
+        self.key = assembly.prefix_key(self.n)
+        self.store = rt.snapshots.store(session)
+        self.stable = assembly.tokens[: self.n]
+
+    @classmethod
+    async def make(cls, rt: Runtime) -> UnsavedStablePrefix:
+        await until(lambda: warm(rt))
+        state = cls(rt)
+        await until(lambda: state.store.get(state.key) is not None)
+        state.store.remove(state.key)
+        rt.snapshots.saved = None
+        return state
+
+    async def roll_back(self) -> None:
+        stable = self.stable
+
+        def job(s: Any, _job: Any) -> None:
+            s.prefill(stable, identity=s.identity)
+
+        await asyncio.wrap_future(self.rt.worker.submit(job, priority=Priority.USER,
+                                                        label="roll back").future)
+        assert self.rt.resident_tokens() == stable
+
+
 async def test_a_stable_prefix_left_resident_unsaved_is_saved_by_the_next_idle_prefill(
         runtime: Any) -> None:
     """A keystroke that lands while the idle prefill stops at the stable prefix skips the save
     there; the next idle prefill, finding exactly the stable prefix resident and no snapshot of
     it, saves it before it goes on (it used to go on and leave the save to shutdown)."""
     rt, _, _ = runtime
-    await until(lambda: warm(rt))
-    session, assembly = rt.worker.session, rt.idle.assembly
-    assert session is not None and assembly is not None and rt.snapshots.active(session)
-    n = assembly.stable_end
-    key = assembly.prefix_key(n)
-    store = rt.snapshots.store(session)
-    await until(lambda: store.get(key) is not None)
-    store.remove(key)  # as if its save had been skipped
-    rt.snapshots.saved = None
-    stable = assembly.tokens[:n]
-
-    def roll_back(s: Any, job: Any) -> None:
-        s.prefill(stable, identity=s.identity)
-
-    await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
-                                               label="roll back").future)
-    assert rt.resident_tokens() == stable
+    state = await UnsavedStablePrefix.make(rt)
+    await state.roll_back()
     rt.idle.kick()
     await until(lambda: warm(rt) and rt.snapshots.saved is not None)
-    assert rt.snapshots.saved["tokens"] == n
-    assert store.get(key) is not None
-
+    assert rt.snapshots.saved["tokens"] == state.n
+    assert state.store.get(state.key) is not None
 
 
 async def test_a_prefix_the_store_refused_is_not_written_again(runtime: Any) -> None:
@@ -272,14 +289,8 @@ async def test_a_prefix_the_store_refused_is_not_written_again(runtime: Any) -> 
     idle prefills after it do not write it again (each would cost a full state save on the
     engine thread, at every kick)."""
     rt, _, _ = runtime
-    await until(lambda: warm(rt))
-    session, assembly = rt.worker.session, rt.idle.assembly
-    assert session is not None and assembly is not None and rt.snapshots.active(session)
-    n = assembly.stable_end
-    key = assembly.prefix_key(n)
-    store = rt.snapshots.store(session)
-    await until(lambda: store.get(key) is not None)
-    store.remove(key)
+    state = await UnsavedStablePrefix.make(rt)
+    store, key = state.store, state.key
     store.byte_budget = 1  # smaller than any snapshot
     writes: list[Any] = []
     real_put = store.put
@@ -289,25 +300,15 @@ async def test_a_prefix_the_store_refused_is_not_written_again(runtime: Any) -> 
         return real_put(*args, **kwargs)
 
     store.put = counting_put  # type: ignore[method-assign]
-    stable = assembly.tokens[:n]
-
-    def roll_back(s: Any, job: Any) -> None:
-        s.prefill(stable, identity=s.identity)
-
-    await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
-                                               label="roll back").future)
-    assert rt.resident_tokens() == stable
+    await state.roll_back()
     rt.idle.kick()
     await until(lambda: rt.snapshots.skipped is not None)
     assert "refused" in rt.snapshots.skipped
     assert writes == [key] and store.get(key) is None
-    # Still exactly the stable prefix resident, still unsaved: neither the next idle
+    # Exactly the stable prefix resident again, still unsaved: neither the next idle
     # prefill's checkpoint nor shutdown writes it again.
     await until(lambda: not rt.idle.running)
-    if rt.resident_tokens() != stable:  # the idle target goes past the stable prefix
-        await asyncio.wrap_future(rt.worker.submit(roll_back, priority=Priority.USER,
-                                                   label="roll back").future)
-    assert rt.resident_tokens() == stable
-    assert await rt.snapshots.checkpoint(assembly) is None
+    await state.roll_back()
+    assert await rt.snapshots.checkpoint(state.assembly) is None
     rt.snapshots.save_at_shutdown()
     assert writes == [key]

@@ -14,8 +14,8 @@ rounding, depends on the micro-batch it is in and on the KV cell layout), so:
   cold or warm, so each position is always computed in the same micro-batch; the prompt's last,
   partial chunk is decoded in pieces of ``TAIL_PIECE`` tokens and then the rest;
 - only what a cold prefill of the new prompt computes in the same micro-batches is reused:
-  whole chunks, and, when the new prompt ends inside the same partial chunk (a keystroke, a
-  completion typed through), its whole pieces. A prompt that grows past that chunk recomputes
+  whole chunks, and, when the new prompt ends inside the same partial chunk (a keystroke's
+  inline completion), its whole pieces. A prompt that grows past that chunk recomputes
   it whole, as a cold prefill does; anything decoded token by token (generated tokens) is
   recomputed too;
 - every sequence has its own KV stream, so the live sequence sits at cells ``0..n-1`` in
@@ -88,9 +88,9 @@ class _Branch:
 
 
 #: The piece size of a prompt's last, partial chunk under exact reuse (see the module doc): a
-#: keystroke recomputes at most this many tokens before its own, not a whole chunk's worth
-#: (at most 31 more tokens at n_ubatch 32, ~40 ms on 2 cores), for a few small micro-batches
-#: at the end of each cold prefill.
+#: keystroke recomputes fewer than this many tokens before its own, not up to a whole chunk's
+#: worth (31 at n_ubatch 32, ~40 ms more on 2 cores), for up to three more small
+#: micro-batches at the end of each cold prefill.
 TAIL_PIECE = 8
 
 
