@@ -58,10 +58,13 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
     unit = max(1, session.reuse_granularity)
     while True:
         job.check()
-        # A step ends on a reuse-block boundary (the start may be a piece inside one): the
-        # next step then reuses it whole.
-        aligned = (pos + step) // unit * unit
-        end = len(tokens) if len(tokens) - pos <= step else aligned if aligned > pos else pos + step
+        if len(tokens) - pos <= step:
+            end = len(tokens)
+        else:
+            # A step ends on a reuse-block boundary (the start may be a piece inside one):
+            # the next step then reuses it whole.
+            aligned = (pos + step) // unit * unit
+            end = aligned if aligned > pos else pos + step
         r = session.prefill(tokens[:end], identity=session.identity)
         if reused is None:
             # The engine may keep less than the common prefix (identity miss, SWA clamp,
