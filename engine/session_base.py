@@ -89,6 +89,12 @@ class SessionBase:
         the last prompt token (its logits are computed again)."""
         if self._resident_identity is not None and self._resident_identity != identity:
             return 0
+        return self._live_reusable(tokens, granularity)
+
+    def _live_reusable(self, tokens: Sequence[int], granularity: int) -> int:
+        """Of the live sequence, what a prefill of ``tokens`` keeps (identity aside): the
+        common prefix within the reusable resident tokens, in whole reuse blocks, never the
+        last prompt token. A backend with a finer rule overrides this."""
         n = min(common_prefix_length(self._tokens, tokens), self.reusable_resident,
                 len(tokens) - 1)
         g = max(1, granularity)

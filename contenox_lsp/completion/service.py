@@ -125,20 +125,20 @@ class CompletionService:
         self.last: Shown | None = None
         self.stats = CompletionStats()
         self._context: str | None = None
-        self._last_request = 0.0
+        self._last_run = 0.0  # a request's or a speculation's (the sticky context's clock)
         self.wanted = False
         """Whether the editor uses inline completion (it said so at initialize, or asked for
         one): only then does the idle time warm the completion prompt too."""
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
         self._live_unparked = False  # the live sequence is a completion's, not parked yet
-        self._last_request_at: float | None = None
+        self._last_request_at: float | None = None  # requests only: ``typing``
         self.speculation: Speculation[ModelRun | None] = Speculation()
 
     def _repo_context(self, now: float) -> str:
         fresh = repo_context(self._rt.idle.assembly)
-        if self._context is None or now - self._last_request > STICKY_CONTEXT_S:
+        if self._context is None or now - self._last_run > STICKY_CONTEXT_S:
             self._context = fresh
-        self._last_request = now
+        self._last_run = now
         return self._context
 
     # -- typed-through ----------------------------------------------------------------------

@@ -391,7 +391,7 @@ class LlamaSession(SessionBase):
                 self._clear_live()
         self._resident_identity = ident
 
-        n = self._reusable(self._tokens, self._exact_tokens, self._piece_tokens, toks)
+        n = self._live_reusable(toks, self._chunk)
         restored: str | None = None
         best = self._best_branch(toks, ident)
         if best is not None and best[1] > n:
@@ -425,9 +425,7 @@ class LlamaSession(SessionBase):
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
         toks = list(tokens)
-        live_ident = self._resident_identity
-        n = 0 if live_ident is not None and live_ident != self.identity else self._reusable(
-            self._tokens, self._exact_tokens, self._piece_tokens, toks)
+        n = self._live_warm_prefix(toks, self.identity, self._chunk)
         best = self._best_branch(toks, self.identity)
         return max(n, best[1]) if best is not None else n
 
@@ -439,6 +437,10 @@ class LlamaSession(SessionBase):
         if not self._exact:
             return max(0, min(common, len(toks) - 1))
         return reusable_tokens(common, len(toks), exact, pieces, self._chunk, self._piece)
+
+    def _live_reusable(self, tokens: Sequence[int], granularity: int) -> int:
+        # The chunk-and-piece rule (``granularity`` is the chunk).
+        return self._reusable(self._tokens, self._exact_tokens, self._piece_tokens, tokens)
 
     def _cut_computed(self, n: int) -> None:
         """The live sequence was cut back to ``n`` tokens."""
