@@ -139,9 +139,10 @@ def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> 
             key = f"{system}@{budget}"
             entry: dict[str, Any] = {}
             for m in MEASURES:
-                xs = [t["results"][key][m] for t in per_task]
+                # A task that cannot be scored on a measure (None) is left out of its mean.
+                xs = [x for t in per_task if (x := t["results"][key][m]) is not None]
                 lo, hi = bootstrap(xs)
-                entry[m] = {"mean": mean(xs), "ci95": [lo, hi]}
+                entry[m] = {"mean": mean(xs), "ci95": [lo, hi], "tasks": len(xs)}
             ms = [t["results"][key]["build_ms"] for t in per_task]
             entry["build_ms"] = {"p50": percentile(ms, 50), "p95": percentile(ms, 95)}
             table[key] = entry
@@ -150,9 +151,13 @@ def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> 
 
 def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int) -> str:
     head = " / ".join(f"{b // 1024}k" if b % 1024 == 0 else str(b) for b in budgets)
+    first = summary[f"{SYSTEMS[0]}@{budgets[0]}"] if budgets else {}
+    unscored = n_tasks - first.get("body_present", {}).get("tasks", n_tasks)
     lines = [
         f"Context eval over {n_tasks} tasks (mean [95% bootstrap interval]); budgets {head} "
         "tokens beside the question",
+        *([f"body present over {n_tasks - unscored} tasks: {unscored} have no definition "
+           "with a unique body line to look for"] if unscored else []),
         "",
         "| system | budget | file recall | def located | body present | build p50 / p95 ms |",
         "|---|---|---|---|---|---|",

@@ -5,7 +5,9 @@
   line appears in a part of the prompt shown for their file (a repo-map file section, a code
   snippet, a pin, the cursor context);
 - **body present**: the share of changed definitions whose ``body_line`` (a line that occurs
-  once in the repository) appears in the prompt as a whole line.
+  once in the repository) appears in the prompt as a whole line. A definition without one
+  (``body_line: null``: no line of it is unique) cannot be scored for it and is left out of
+  the share; a task with none gets ``None`` (not scored), not a zero.
 
 Each is averaged over tasks; ``bootstrap`` gives a percentile interval over tasks.
 """
@@ -71,8 +73,9 @@ def _def_line(kind: str, name: str) -> re.Pattern[str]:
     return re.compile(rf"^\s*(?:async\s+)?{word}\s+{re.escape(name)}\b", re.M)
 
 
-def score(asm: Assembly, task: Mapping[str, Any]) -> dict[str, float]:
-    """The three measures of one assembled prompt for one task (each 0..1)."""
+def score(asm: Assembly, task: Mapping[str, Any]) -> dict[str, float | None]:
+    """The three measures of one assembled prompt for one task (each 0..1; ``body_present``
+    is None when no changed definition has a body line to look for)."""
     text = asm.text
     parts = parts_of(asm)
     files = list(task["gt_files"])
@@ -80,14 +83,16 @@ def score(asm: Assembly, task: Mapping[str, Any]) -> dict[str, float]:
     defs = list(task["gt_defs"])
     located = body = 0
     whole_lines = {ln.strip() for ln in text.split("\n")}
+    bodies = [line.strip() for d in defs if isinstance(line := d.get("body_line"), str)
+              and line.strip()]
     for d in defs:
         pattern = _def_line(d["kind"], d["name"])
         if any(p.path == d["file"] and pattern.search(p.text) for p in parts):
             located += 1
-        if d["body_line"].strip() in whole_lines:
-            body += 1
+    body = sum(1 for line in bodies if line in whole_lines)
     n = len(defs) or 1
-    return {"file_recall": recall, "def_located": located / n, "body_present": body / n}
+    return {"file_recall": recall, "def_located": located / n,
+            "body_present": body / len(bodies) if bodies else None}
 
 
 def mean(xs: Sequence[float]) -> float:

@@ -26,6 +26,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         *_typing(sections.get("typing", {})),
         _restart(sections.get("restart", {})),
         _remote(sections.get("remote", {})),
+        _schedule(sections.get("schedule", {})),
     ]
 
 
@@ -92,6 +93,22 @@ def _remote(sec: dict[str, Any]) -> dict[str, Any]:
     return _goal("engine_vs_llama_server", text, met, measured or "no cold row", ratios,
                  note="server: the cached native build of the same llama.cpp commit "
                       "(see the section's note)")
+
+
+def _schedule(sec: dict[str, Any]) -> dict[str, Any]:
+    text = ("exact reuse at speed: a suffix at depth ≥ 2 × faster than round 2's landed "
+            "schedule, cold prefill and decode ≥ 0.95 × the inexact engine's")
+    if sec.get("status") != "ok":
+        return _not_measured("exact_schedule_speed", text, sec)
+    q = sec["ratios"]
+    suffix, cold = q["suffix_speedup_over_landed"], q["cold_invariant_over_inexact"]
+    decode = q["decode_invariant_over_inexact"]
+    met = (None if None in (suffix, cold, decode)
+           else suffix >= 2.0 and cold >= 0.95 and decode >= 0.95)
+    return _goal("exact_schedule_speed", text, met,
+                 f"suffix of {sec['suffix_tokens']} at {sec['depth']}: {_f(suffix)}× faster; "
+                 f"cold {_f(cold)}×, decode {_f(decode)}× the inexact engine", dict(q),
+                 "in-process, the same llama.cpp build, interleaved rounds")
 
 
 def _restart(sec: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote")
+            "remote", "schedule")
 
 
 def _have_matplotlib() -> bool:
@@ -73,6 +73,7 @@ def run_bench(args: argparse.Namespace) -> int:
         restart,
         runtime,
         scaling,
+        schedule,
         trace,
         typing_trace,
     )
@@ -100,7 +101,7 @@ def run_bench(args: argparse.Namespace) -> int:
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
                         + backends.planned_units(cfg) + drift.planned_units(cfg)
                         + typing_trace.planned_units(cfg) + restart.planned_units(cfg)
-                        + remote_bench.planned_units(cfg))
+                        + remote_bench.planned_units(cfg) + schedule.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -176,6 +177,7 @@ def run_bench(args: argparse.Namespace) -> int:
             run_section("backends", lambda: backends.run(
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))
             run_section("drift", lambda: drift.run(profile, cfg, progress))
+            run_section("schedule", lambda: schedule.run(profile, cfg, progress))
             run_section("typing", lambda: typing_trace.run(
                 cfg, profile, profile_file, out, tmp, progress))
             run_section("restart", lambda: restart.run(

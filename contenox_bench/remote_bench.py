@@ -56,8 +56,9 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
     profile = session.profile
     threads = int(profile.get("context.n_threads")) or None
     progress.note("remote: starting llama-server")
+    # llama-server with its own batch defaults: the comparison a user makes (issue 29).
     server = llama_server.start(resolve_model_path(profile), log_path=tmp / "llama-server.log",
-                                n_ctx=profile.n_ctx, threads=threads)
+                                n_ctx=profile.n_ctx, threads=threads, ubatch=None)
     try:
         remote_profile = profile.with_overrides(
             {"profile.backend": "llama-server", "remote.url": server.url,
@@ -86,10 +87,15 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "rows": rows,
         "remote_overhead_ms": summary(overhead, "ms"),
         "edit_trace": edit_trace,
+        "engine_schedule": session.exact_reuse,
         "note": "engine_over_server is the in-process engine's median tokens/s ÷ llama-server's "
                 "own (above 1: the engine is faster). Same llama.cpp commit, built the same way "
-                "(native), same threads, both with 32-token micro-batches and flash attention "
-                "off; each repetition alternates the order of the three paths.",
+                "(native), same threads, flash attention off; llama-server runs with its own "
+                "batch defaults (-b 2048 -ub 512, repacked weights), the engine with its "
+                "profile (exact reuse: "
+                f"{(session.exact_reuse or {}).get('description', 'n/a')}, micro-batches of "
+                f"{profile.get('context.n_ubatch')}); each repetition alternates the order of "
+                "the three paths.",
     }
 
 

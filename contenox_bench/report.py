@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contenox_bench import remote_bench
+from contenox_bench import remote_bench, schedule
 from contenox_bench.applicable import is_not_applicable
 
 SCHEMA_VERSION = 1
@@ -102,6 +102,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += _typing(s.get("typing", {"status": "not run"}))
     lines += _restart(s.get("restart", {"status": "not run"}))
     lines += remote_bench.markdown(s.get("remote", {"status": "not run"}))
+    lines += schedule.markdown(s.get("schedule", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)

@@ -120,9 +120,11 @@ Baselines = tuple[list[list[int]], list[dict[str, Any]], list[dict[str, Any]]]
 def _llama_baselines(profile: Any, segs: list[Any], questions: list[str], max_tokens: int,
                      progress: Progress) -> Baselines:
     """c: a bare llama.cpp context per ask; d: llama-cpp-python's ``Llama``."""
+    from engine import open_session
     from engine.model_files import resolve_model_path
 
-    block = profile.llama_block_size  # what the server's assembler padded to
+    with open_session(profile) as session:
+        block = session.identity.block_size  # what the server's assembler padded to
     model_path = str(resolve_model_path(profile))
     bare_model = BareModel(model_path, profile)
     try:

@@ -80,18 +80,27 @@ QUESTION_MIN_TOKENS = 128
 class SteadyRate:
     """A measured rate that moves only when a new measurement leaves a band around it, so the
     bound it sets (and the prompt) does not change with every prefill's noise: an explain
-    right after an ask shows the ask's prompt."""
+    right after an ask shows the ask's prompt.
+
+    ``value`` may start from a remembered rate (``source`` "remembered": a restarted server
+    builds the prompt the last one did); ``on_change`` hears each move (to remember it)."""
 
     BAND = 1.5
 
-    def __init__(self) -> None:
-        self.value: float | None = None
+    def __init__(self, value: float | None = None,
+                 on_change: Callable[[float], None] | None = None) -> None:
+        self.value = value
+        self.source = "none" if value is None else "remembered"
+        self._on_change = on_change
 
     def update(self, measured: float | None) -> float | None:
         if measured is not None and (
             self.value is None or not self.value / self.BAND <= measured <= self.value * self.BAND
         ):
             self.value = measured
+            self.source = "measured"
+            if self._on_change is not None:
+                self._on_change(measured)
         return self.value
 
 DEFAULT_CODE_BUDGET = CodeBudget()

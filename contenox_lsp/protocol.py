@@ -15,8 +15,9 @@
 
 from __future__ import annotations
 
+import collections.abc
 import logging
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 import attrs
 from cattrs import Converter
@@ -69,6 +70,9 @@ def raw_converter() -> Converter:
     converter = converters.get_converter()
     for scalar, accepts in _STRICT_SCALARS.items():
         converter.register_structure_hook(scalar, _strict_hook(scalar, accepts))
+    # cattrs structures a list from any iterable: ``"x"`` became ``["x"]``, ``{}`` became
+    # ``[]`` (codeAction's ``context.only`` / ``diagnostics``). A JSON array is required.
+    converter.register_structure_hook_factory(_is_list_type, lambda t: _strict_list(converter, t))
 
     def keep_raw(obj: dict[str, Any], cls: type) -> Any:
         # JSON-RPC lets a request or notification omit "params" (e.g. contenox/status).
@@ -98,6 +102,21 @@ _STRICT_SCALARS: dict[type, Callable[[Any], bool]] = {
     str: lambda v: isinstance(v, str),
     bool: lambda v: isinstance(v, bool),
 }
+
+
+def _is_list_type(cls: Any) -> bool:
+    return get_origin(cls) in (list, collections.abc.Sequence, collections.abc.MutableSequence)
+
+
+def _strict_list(converter: Converter, cls: Any) -> Callable[[Any, Any], list[Any]]:
+    (item,) = get_args(cls) or (Any,)
+
+    def structure(value: Any, _: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {type(value).__name__} {value!r:.40}")
+        return [converter.structure(v, item) for v in value]
+
+    return structure
 
 
 def _strict_hook(scalar: type, accepts: Callable[[Any], bool]) -> Callable[[Any, type], Any]:

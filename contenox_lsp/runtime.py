@@ -30,6 +30,8 @@ from contenox_lsp.jobs import chunked_prefill, decode
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
+from contenox_lsp.rate_memory import FILE_NAME as RATES_FILE
+from contenox_lsp.rate_memory import load_rate, rate_key, store_rate
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
@@ -37,6 +39,7 @@ from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, Worke
 from contextasm import Assembly, get_format
 from contextasm.render import answer_lead
 from engine import Session
+from engine.model_files import cache_dir
 from engine.results import ttft_over_steps
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class Runtime:
         self.context = ContextService(roots(), options.repo_map_tokens,
                                       CodeBudget(options.code_tokens))
         self._question_rate = SteadyRate()  # the prefill rate that bounds the question's code
+        self._question_rate_key: str | None = None  # the engine identity it is remembered for
         self.snapshots = AutoSnapshots(
             self.worker, lambda s: workspace_store(options.snapshot_dir, self.roots(), s),
             enabled=options.auto_snapshots)
@@ -230,7 +234,7 @@ class Runtime:
 
         # The question's code is prefilled at the ask itself: bounded by the time it may take.
         code_budget = self.context.code_budget.for_prefill_rate(
-            self._question_rate.update(session.metrics.prefill_rate()),
+            self._steady_rate(session).update(session.metrics.prefill_rate()),
             self.options.question_code_ms)
 
         def build(svc: ContextService) -> Assembly:
@@ -240,6 +244,26 @@ class Runtime:
 
         with structured_errors():
             return await self.context.call(build)
+
+    def _steady_rate(self, session: Session) -> SteadyRate:
+        """The rate that bounds the question's code, starting from the one remembered for this
+        engine identity (a restarted server builds the warm server's prompt)."""
+        key = rate_key(session.identity.profile_id, session.identity.backend_version)
+        if key != self._question_rate_key:
+            path = cache_dir() / RATES_FILE
+            self._question_rate = SteadyRate(load_rate(path, key),
+                                             on_change=lambda r: store_rate(path, key, r))
+            self._question_rate_key = key
+        return self._question_rate
+
+    def question_code_bound(self) -> dict[str, Any]:
+        """What bounds the question's code now (``contenox/explainContext``)."""
+        rate = self._question_rate
+        ms = self.options.question_code_ms
+        tokens = self.context.code_budget.for_prefill_rate(rate.value, ms).question_max
+        return {"tokens": tokens, "questionCodeMs": ms,
+                "tokensPerS": None if rate.value is None else round(rate.value, 1),
+                "source": rate.source}
 
     async def assemble_idle(self) -> Assembly:
         """The assembly used for pre-prefill: no question; the active conversation's turns are

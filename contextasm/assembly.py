@@ -566,14 +566,22 @@ class _Builder:
         )
 
     def newline_token(self) -> int:
-        tokens = self.cache.tokenize(self.tokenizer, "\n", special=False)
-        if len(tokens) != 1:
-            raise InvalidInputError(
-                "block alignment needs a single-token newline; this tokenizer gives "
-                f"{len(tokens)} tokens",
-                data={"tokens": list(tokens)},
-            )
-        return tokens[0]
+        """The token block alignment pads with: one that adds one newline wherever it is
+        appended. A single-token newline is that token; SentencePiece vocabularies give
+        ``"\n"`` as a word-start marker plus the newline byte, so the token that one more
+        newline adds is used (prompts are concatenated token lists, so no text has to
+        tokenize to the padding)."""
+        one = self.cache.tokenize(self.tokenizer, "\n", special=False)
+        if len(one) == 1:
+            return one[0]
+        two = self.cache.tokenize(self.tokenizer, "\n\n", special=False)
+        if len(two) == len(one) + 1 and two[: len(one)] == one:
+            return two[-1]
+        raise InvalidInputError(
+            "block alignment needs a token that adds one newline; this tokenizer gives "
+            f"{one} for a newline and {two} for two (set cache.block_size = 1)",
+            data={"tokens": list(one)},
+        )
 
 
 def _finish(

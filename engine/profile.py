@@ -114,9 +114,21 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "context", "n_batch", 512, _int_range(1), "an integer >= 1", "logical batch (prefill chunk)"
     ),
-    # Also the reuse unit of exact reuse (cache.exact_reuse): small enough that a warm prefill
-    # recomputes few tokens, large enough for the batched kernels (measured in engine/README.md).
-    FieldSpec("context", "n_ubatch", 32, _int_range(1), "an integer >= 1", "physical micro-batch"),
+    # llama.cpp's default: under exact reuse the kernels are batch-invariant at this size
+    # (engine/README.md), so prefill runs at full speed; cache.exact_chunk is the micro-batch
+    # of the chunked schedule instead.
+    FieldSpec("context", "n_ubatch", 512, _int_range(1), "an integer >= 1", "physical micro-batch"),
+    # Off by default: llama.cpp's weight-repacking GEMM/GEMV kernels (llama_model_params.
+    # use_extra_bufts) compute a token differently by its column in the micro-batch, which
+    # breaks the batch invariance exact reuse relies on; at micro-batch 512 they are no faster.
+    FieldSpec(
+        "context",
+        "repack_weights",
+        False,
+        _is_bool,
+        "true | false",
+        "repack weights for the CPU's GEMM tiles (llama.cpp extra buffer types)",
+    ),
     FieldSpec(
         "context",
         "n_threads",
@@ -256,7 +268,28 @@ FIELDS: tuple[FieldSpec, ...] = (
         True,
         _is_bool,
         "true | false",
-        "warm == cold bitwise: reuse whole n_ubatch chunks, one KV stream per sequence",
+        "warm == cold bitwise: same micro-batches cold and warm, one KV stream per sequence",
+    ),
+    # How exact reuse gets there (engine/README.md): "auto" measures at load the smallest
+    # micro-batch from which this CPU's kernels give a token the same bits whatever else is in
+    # its batch, and reuses token by token with at least that many tokens recomputed; where
+    # no size holds, and always with "chunked", round 2's schedule: micro-batches of
+    # cache.exact_chunk aligned to its multiples, reuse in whole chunks and tail pieces.
+    FieldSpec(
+        "cache",
+        "exact_schedule",
+        "auto",
+        _one_of("auto", "chunked"),
+        "auto | chunked",
+        "exact reuse schedule",
+    ),
+    FieldSpec(
+        "cache",
+        "exact_chunk",
+        32,
+        _int_range(1, 4096),
+        "an integer 1..4096",
+        "micro-batch and reuse unit of the chunked schedule",
     ),
     FieldSpec(
         "cache",
@@ -514,12 +547,12 @@ class Profile:
         return bool(self.values["cache.exact_reuse"])
 
     @property
-    def llama_block_size(self) -> int:
-        """The block the assembler pads to on the llama backend (its identity's block_size):
-        ``cache.block_size``, or the exact-reuse chunk (``n_ubatch``) when that is left at 1."""
-        if self.block_size > 1 or not self.exact_reuse:
-            return self.block_size
-        return int(self.values["context.n_ubatch"])
+    def exact_schedule(self) -> str:
+        return str(self.values["cache.exact_schedule"])
+
+    @property
+    def exact_chunk(self) -> int:
+        return int(self.values["cache.exact_chunk"])
 
     @property
     def swa_full(self) -> bool:
@@ -608,6 +641,14 @@ def _check_cross_field(values: Mapping[str, Any], where: str) -> None:
             f"{where}: 'context.n_ubatch' ({values['context.n_ubatch']}) must not exceed "
             f"'context.n_batch' ({values['context.n_batch']})",
             key="context.n_ubatch",
+            file=where,
+            allowed="an integer <= context.n_batch",
+        )
+    if values["cache.exact_chunk"] > values["context.n_batch"]:
+        raise ProfileError(
+            f"{where}: 'cache.exact_chunk' ({values['cache.exact_chunk']}) must not exceed "
+            f"'context.n_batch' ({values['context.n_batch']})",
+            key="cache.exact_chunk",
             file=where,
             allowed="an integer <= context.n_batch",
         )

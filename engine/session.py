@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from contextasm.identity import ContextIdentity
 from engine.errors import UnsupportedCapabilityError
@@ -48,6 +48,8 @@ class Session(Protocol):
         ...
     @property
     def capabilities(self) -> dict[str, bool]: ...
+    @property
+    def exact_reuse(self) -> dict[str, Any] | None: ...
     @property
     def fim_tokens(self) -> FimTokens | None:
         """The vocabulary's fill-in-the-middle tokens; None when it has none."""

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
@@ -81,6 +82,12 @@ class SessionBase:
     @property
     def resident_identity(self) -> ContextIdentity | None:
         return self._resident_identity
+
+    @property
+    def exact_reuse(self) -> dict[str, Any] | None:
+        """How this session keeps warm == cold (the llama backend's schedule, measured at
+        load); None where the backend does not say."""
+        return None
 
     def _live_warm_prefix(self, tokens: Sequence[int], identity: ContextIdentity,
                           granularity: int) -> int:

@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("matplotlib")
 
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote")
+            "remote", "schedule")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
          "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft",
-         "engine_vs_llama_server"}
+         "engine_vs_llama_server", "exact_schedule_speed"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -92,6 +92,13 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     assert set(tr["ratios"]) == {"a_over_c", "a_over_d", "b_over_d"}
     assert tr["prompt_rebuild_mismatches"] == []
 
+    sch = r["sections"]["schedule"]
+    kinds = {row["key"]: row["exact_reuse"]["kind"] for row in sch["rows"]}
+    assert kinds["landed"] == kinds["chunked"] == "chunked" and kinds["inexact"] == "off"
+    assert kinds["invariant"] in ("invariant", "chunked")  # chunked: reported fallback
+    assert all(_is_stat(row[k]) for row in sch["rows"]
+               for k in ("cold_tok_s", "suffix_ms", "decode_tok_s"))
+
     sc = r["sections"]["scaling"]
     assert [row["stable_tokens"] for row in sc["rows"]] == list(r["config"]["scaling_sizes"])
     assert all(row["kv_state_bytes"] > 0 for row in sc["rows"])
@@ -111,7 +118,8 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
                   "## 3. Edit-trace replay", "## 4. Scaling note",
                   "## 5. Backends: llama.cpp vs OpenVINO",
                   "## 6. Drift: warm vs cold per reuse path",
-                  "## 7. Typing trace: inline completion", "## 8. Restart and follow-up"):
+                  "## 7. Typing trace: inline completion", "## 8. Restart and follow-up",
+                  "## Schedule: what exact reuse costs"):
         assert title in md
 
 

@@ -4,10 +4,11 @@ Every "warm" result is checked against a cold run of the same full prompt (KV cl
 under greedy decoding, which is the correctness gate of prefix reuse. With exact reuse (the
 default profile) the gate is stronger: the next-token logits are bitwise equal too.
 
-The default profile reuses whole ``n_ubatch`` chunks (``reuse_granularity``), and whole tail
-pieces of a last partial chunk when the next prompt ends in that chunk too; prompts here are
-cut at chunk multiples where a test asserts that a whole prefix is reused, and
-``whole_chunks`` / ``same_prompt_again`` state what a prefix that ends inside a chunk gives.
+Under the default profile the session picks its exact-reuse schedule at load
+(``engine/README.md``): token by token with a minimum micro-batch recomputed where the kernels
+are batch-invariant, whole chunks (``reuse_granularity``) and tail pieces where not. Prompts
+here are cut at multiples of ``chunk`` where a test asserts that a whole prefix is reused, and
+``whole_chunks`` / ``same_prompt_again`` state what the schedule gives for the others.
 """
 
 from __future__ import annotations
@@ -65,20 +66,24 @@ def cold_tokens(session: Session, toks: list[int]) -> list[int]:
     return session.generate(max_tokens=N_GEN).tokens
 
 
-def whole_chunks(session: Session, n: int) -> int:
-    """What a prefill reuses of ``n`` valid resident tokens: whole chunks only."""
+def whole_chunks(session: Any, n: int) -> int:
+    """What a longer prompt's prefill reuses of ``n`` valid prefilled resident tokens: all
+    of them (invariant schedule), whole chunks only (chunked)."""
     g = session.reuse_granularity
     return n // g * g
 
 
 def chunk(session: Session) -> int:
-    return session.reuse_granularity
+    """A length scale for prompts: the reuse chunk, at least 32."""
+    return max(32, session.reuse_granularity)
 
 
-def same_prompt_again(session: Session, n: int) -> int:
-    """What a prefill of the ``n``-token prompt just prefilled reuses: all but its last
-    token (re-decoded for its logits), back to a whole chunk or a whole piece of the last,
-    partial chunk."""
+def same_prompt_again(session: Any, n: int) -> int:
+    """What a prefill of the ``n``-token prompt just prefilled reuses: all but a minimum
+    micro-batch (invariant), or all but its last token (re-decoded for its logits), back to a
+    whole chunk or a whole piece of the last, partial chunk (chunked)."""
+    if session.schedule.kind == "invariant":
+        return n - session.schedule.min_batch
     g = session.reuse_granularity
     piece = TAIL_PIECE if g % TAIL_PIECE == 0 else g
     exact = n // g * g
@@ -103,12 +108,19 @@ def test_identity_and_default_profile(s: Any) -> None:
     assert s.identity.profile_id == prof.profile_id
 
 
-def test_exact_reuse_is_the_default_with_whole_chunks(s: Any) -> None:
+def test_exact_reuse_is_the_default_and_says_how(s: Any) -> None:
     prof = load_profile(None)
     assert prof.exact_reuse is True
-    assert s.reuse_granularity == prof.get("context.n_ubatch") > 1
-    # The assembler pads the stable region to whole chunks, so it is reused to its last token.
-    assert s.identity.block_size == s.reuse_granularity
+    info = s.exact_reuse
+    assert info["kind"] in ("invariant", "chunked")
+    assert info["description"] in s.identity.backend_version  # part of every cache identity
+    if info["kind"] == "invariant":
+        # Token-granular: nothing to pad, micro-batches at llama.cpp's full size.
+        assert s.reuse_granularity == s.identity.block_size == 1
+        assert 1 < info["minBatch"] <= prof.get("context.n_ubatch") // 2
+    else:
+        # The assembler pads the stable region to whole chunks: reused to its last token.
+        assert s.reuse_granularity == prof.exact_chunk == s.identity.block_size
 
 
 def test_new_suffix_after_cached_prefix_equals_cold(s: Any, text: str) -> None:
@@ -127,8 +139,8 @@ def test_fully_cached_prompt_still_decodes_correctly(s: Any, text: str) -> None:
     toks = prompt(s, text, 300)
     cold = cold_tokens(s, toks)
     r = s.prefill(toks)
-    # The last token is re-decoded for its logits, with the rest of its tail piece.
-    assert r.reused_tokens == same_prompt_again(s, len(toks)) > whole_chunks(s, len(toks) - 1)
+    # The last token is re-decoded for its logits, with what the schedule recomputes with it.
+    assert r.reused_tokens == same_prompt_again(s, len(toks)) < len(toks)
     assert s.generate(max_tokens=N_GEN).tokens == cold
 
 

@@ -26,15 +26,19 @@ from engine.llama.session import TAIL_PIECE, reusable_tokens
 
 N_GEN = 16
 
-# (name, overrides): each changes which kernels a prefill goes through.
+# (name, overrides): each changes which kernels a prefill goes through, and the schedule that
+# keeps warm == cold: the measured invariant one (default) and the chunked one.
 SETTINGS = [
-    ("t1-fa_off-b512-u64", {"context.n_threads": 1, "context.n_threads_batch": 1}),
-    ("t2-fa_on-b512-u64", {"context.n_threads": 2, "context.n_threads_batch": 2,
-                           "context.flash_attn": "on"}),
-    ("t2-fa_off-b96-u32", {"context.n_batch": 96, "context.n_ubatch": 32}),
-    ("t1-fa_on-b128-u128", {"context.n_threads": 1, "context.n_threads_batch": 1,
-                            "context.n_batch": 128, "context.n_ubatch": 128,
-                            "context.flash_attn": "on"}),
+    ("t1-fa_off-u512", {"context.n_threads": 1, "context.n_threads_batch": 1}),
+    ("t2-fa_on-u512", {"context.n_threads": 2, "context.n_threads_batch": 2,
+                       "context.flash_attn": "on"}),
+    ("t2-fa_off-b96-u64", {"context.n_batch": 96, "context.n_ubatch": 64}),
+    ("t2-chunked32-b96", {"cache.exact_schedule": "chunked", "context.n_batch": 96,
+                          "context.n_ubatch": 96}),
+    ("t1-chunked128-fa_on", {"context.n_threads": 1, "context.n_threads_batch": 1,
+                             "cache.exact_schedule": "chunked", "cache.exact_chunk": 128,
+                             "context.n_batch": 128, "context.n_ubatch": 128,
+                             "context.flash_attn": "on"}),
 ]
 
 
@@ -48,6 +52,8 @@ def setting(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any
     overrides = {"context.n_ctx": 2048, **request.param[1]}
     prof = load_profile(None).with_overrides(overrides, source="test")
     with open_session(prof) as session:
+        if request.param[1].get("cache.exact_schedule") == "chunked":
+            assert session.schedule.kind == "chunked"
         yield session, overrides
 
 
@@ -62,27 +68,39 @@ def _cold(s: Any, toks: list[int]) -> tuple[bytes, list[int]]:
     return _logits_and_tokens(s)
 
 
+def _unit(s: Any) -> int:
+    """A length scale for the prompts: the chunk, or 32 under token-granular reuse."""
+    return max(32, s.reuse_granularity)
+
+
 def _whole(s: Any, n: int) -> int:
-    """Of ``n`` matching resident tokens, what exact reuse keeps: whole chunks."""
+    """Of ``n`` tokens prefilled in one cold prefill, what exact reuse counts as computed the
+    way any longer prompt's cold prefill computes them: whole chunks (chunked), everything
+    (invariant, when the prompt filled at least one minimum micro-batch)."""
+    if s.schedule.kind == "invariant":
+        return n if n >= s.schedule.min_batch else 0
     return n // s.reuse_granularity * s.reuse_granularity
 
 
 def _kept(s: Any, resident: list[int], prefilled: int, prompt: list[int]) -> int:
     """What exact reuse keeps of ``resident`` (its first ``prefilled`` tokens from one cold
-    prefill, the rest generated) for ``prompt``: the whole chunks, and the whole tail pieces
-    when ``prompt`` ends inside the same partial chunk."""
+    prefill, the rest generated) for ``prompt``. Invariant: the common prefix within the
+    prefilled tokens, leaving a minimum micro-batch to compute. Chunked: the whole chunks, and
+    the whole tail pieces when ``prompt`` ends inside the same partial chunk."""
+    common = common_prefix_length(resident, prompt)
+    if s.schedule.kind == "invariant":
+        return max(0, min(common, _whole(s, prefilled), len(prompt) - s.schedule.min_batch))
     unit = s.reuse_granularity
     piece = TAIL_PIECE if unit % TAIL_PIECE == 0 else unit
     exact = prefilled // unit * unit
     pieces = exact + (prefilled - exact) // piece * piece
-    return reusable_tokens(common_prefix_length(resident, prompt), len(prompt), exact, pieces,
-                           unit, piece)
+    return reusable_tokens(common, len(prompt), exact, pieces, unit, piece)
 
 
 def _prompts(s: Any, text: str) -> tuple[list[int], list[int]]:
     """A prefix that ends inside a chunk (the hard case) and the full prompt after it."""
     base = s.tokenize(text, add_bos=True)
-    prefix = base[: 3 * s.reuse_granularity + 7]
+    prefix = base[: 3 * _unit(s) + 7]
     return prefix, prefix + s.tokenize("\n# In one sentence, the code above:\n")
 
 
@@ -123,7 +141,7 @@ def test_a_prompt_growing_a_few_tokens_at_a_time(setting: Any, text: str) -> Non
     whole; every step gives the cold run's logits and tokens."""
     s, _ = setting
     base = s.tokenize(text, add_bos=True)
-    unit = s.reuse_granularity
+    unit = _unit(s)
     start = 3 * unit - 11
     ends = [start, start + 2, start + 3, start + 9, start + 10, start + 12, start + 19]
     assert ends[-1] > 3 * unit  # the last steps cross into the next chunk
@@ -140,8 +158,9 @@ def test_a_prompt_growing_a_few_tokens_at_a_time(setting: Any, text: str) -> Non
         assert warm == _cold(s, base[:end])
         s.reset()
         s.prefill(base[:end])  # back to where the keystroke left the session
-    piece = TAIL_PIECE if unit % TAIL_PIECE == 0 else unit
-    if piece < unit:
+    if s.schedule.kind == "invariant":  # token by token, a minimum micro-batch recomputed
+        assert reused == [e - s.schedule.min_batch for e in ends[1:]]
+    elif TAIL_PIECE < unit and unit % TAIL_PIECE == 0:
         assert max(reused) > 2 * unit  # pieces of the partial chunk were reused
 
 
@@ -175,7 +194,7 @@ def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
         s.branch_save("other")
         s.prefill(s.tokenize(text[6000:], add_bos=True)[:90])
         s.load_snapshot(snap)
-    # A snapshot holds whole chunks only: the partial last one is recomputed anyway.
+    # A snapshot holds what exact reuse may reuse (chunked: whole chunks only).
     whole = _whole(s, len(prefix))
     assert s.resident_tokens == prefix[:whole]
     r = s.prefill(full)
@@ -187,7 +206,7 @@ def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
 def test_resume_after_cancelled_prefill(setting: Any, text: str) -> None:
     s, _ = setting
     base = s.tokenize(text, add_bos=True)
-    toks = base[: s.profile.n_batch + 2 * s.reuse_granularity + 5]
+    toks = base[: s.profile.n_batch + 2 * _unit(s) + 5]
     cold = _cold(s, toks)
     s.reset()
     real = s._decode_fn
@@ -218,7 +237,7 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     s = llama_session
     n_swa = s._model.n_swa
     assert n_swa > 0
-    unit = s.reuse_granularity
+    unit = _unit(s)
     base = s.tokenize(text, add_bos=True)
     prefix = base[: n_swa + 2 * unit + 7]  # ends inside a chunk: reuse rolls back 7 tokens
     full = prefix + s.tokenize("\n# In one sentence, the code above:\n")

@@ -100,6 +100,13 @@ def test_text_that_is_not_unicode_is_invalid_params(server: RawServer) -> None:
     assert error_code(server.response("lone", timeout=60)) == INVALID_PARAMS
 
 
+def _deep(depth: int) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for _ in range(depth):
+        obj = {"a": obj}
+    return obj
+
+
 def test_wrong_types_and_outside_uris_are_invalid_params(
     server: RawServer, workspace: Path, tmp_path: Path
 ) -> None:
@@ -129,6 +136,12 @@ def test_wrong_types_and_outside_uris_are_invalid_params(
         ("workspace/executeCommand", {"command": "contenox.fix", "arguments": [
             {"uri": uri, "diagnostic": {"range": {"start": {"line": 2**40, "character": 0},
                                                   "end": pos}, "message": "m"}}]}),
+        # Arrays must be arrays (cattrs made "x" into ["x"] and {} into []).
+        *[("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": rng,
+                                       "context": ctx})
+          for ctx in ({"diagnostics": [], "only": "x"}, {"diagnostics": [], "only": {}},
+                      {"diagnostics": [], "only": _deep(50)}, {"diagnostics": {}},
+                      {"diagnostics": "boom"})],
         ("contenox/pin", {"uri": (workspace / "json" / "a%00b.py").as_uri()}),
         ("contenox/pin", {"uri": "file:///etc/passwd%00"}),
     ]

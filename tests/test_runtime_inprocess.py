@@ -198,6 +198,52 @@ async def test_the_questions_code_is_bounded_by_the_measured_prefill_rate(runtim
     assert bounded.tokens[:start] == free.tokens[:start]
 
 
+async def test_a_restarted_server_bounds_the_questions_code_as_the_last_one_did(
+        runtime: Any, workspace: Path, llama_session: Any, tmp_path: Path) -> None:
+    """The rate that bounds the question's code is remembered per engine identity: a restarted
+    server (fresh session metrics, the same cache dir) builds the running server's prompt for
+    the same editor state; without the remembered rate it would not (unbounded)."""
+    rt, editor, _ = runtime
+    await until(lambda: warm(rt))
+    decoder = rt.roots()[0] / "json" / "decoder.py"
+    line = editor.buffers[decoder].split("\n").index(BODY_LINE.rstrip("\n"))
+    turn = turn_at(rt.roots(), decoder, "How are JSON documents decoded and scanned?",
+                   text=editor.buffers[decoder], line=line)
+    options = rt.options
+    rt.options = dataclasses.replace(options, question_code_ms=300)  # a bound that cuts
+    try:
+        running = await rt.assemble(turn, 8)
+        bound = rt.question_code_bound()
+    finally:
+        rt.options = options
+    assert bound["source"] == "measured" and bound["tokens"] is not None
+    rates = tmp_path / "cache" / "prefill-rates.json"
+    assert rates.is_file()
+
+    async def restarted() -> tuple[Assembly, dict[str, Any]]:
+        measured = llama_session.metrics
+        llama_session.metrics = type(measured)()  # a new process has measured nothing
+        fresh = Runtime(dataclasses.replace(options, question_code_ms=300), rt.roots,
+                        editor.state, RecordingNotifier(),
+                        opener=lambda: contextlib.nullcontext(llama_session))
+        try:
+            fresh.worker.start()
+            await fresh.reindex(refresh=False)
+            return await fresh.assemble(turn, 8), fresh.question_code_bound()
+        finally:
+            fresh.close()
+            llama_session.metrics = measured
+
+    again, again_bound = await restarted()
+    assert again_bound["source"] == "remembered"
+    assert again_bound["tokens"] == bound["tokens"]
+    assert again.tokens == running.tokens
+    rates.unlink()
+    unbounded, none_bound = await restarted()
+    assert none_bound["source"] == "none" and none_bound["tokens"] is None
+    assert unbounded.tokens != running.tokens
+
+
 async def test_changes_within_the_debounce_are_assembled_once(runtime: Any) -> None:
     rt, _, _ = runtime
     await until(lambda: warm(rt))

@@ -66,7 +66,9 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     turn = with_conversation(turn_for(ls, path, None, pos, question), rt, cid)
     session = await rt.session()
     assembly = await rt.assemble(turn)
-    return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text)
+    doc = explain_view(assembly, session, rt.resident_tokens(), include_text=include_text)
+    doc["questionCodeBound"] = rt.question_code_bound()
+    return doc
 
 
 async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -188,11 +190,13 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
                 "index": {"state": "idle", "files": 0}}
     model = backend = profile_id = None
     capabilities: dict[str, bool] | None = None
+    exact: dict[str, Any] | None = None
     session = rt.worker.session
     if session is not None:
         ident = session.identity
         backend, profile_id = ident.backend, ident.profile_id
         capabilities = dict(session.capabilities)
+        exact = session.exact_reuse
         model = session.model_description
     err = rt.worker.load_error
     busy = rt.worker.busy_with
@@ -203,6 +207,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         "backend": backend,
         "profileId": profile_id,
         "capabilities": capabilities,
+        "exactReuse": exact,
         "residentTokens": len(rt.resident_tokens()),
         "pendingPrefillTokens": idle.pending_tokens(),
         "targetTokens": len(idle.target) if idle.target is not None else None,

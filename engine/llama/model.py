@@ -181,6 +181,7 @@ def load_model(profile: Profile) -> LoadedModel:
     path = resolve_model_path(profile)
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = int(profile.get("context.n_gpu_layers"))
+    params.use_extra_bufts = bool(profile.get("context.repack_weights"))
     split = profile.get("context.tensor_split")
     if split:
         arr = (ctypes.c_float * len(split))(*split)
@@ -234,7 +235,9 @@ def load_model(profile: Profile) -> LoadedModel:
     )
 
 
-def context_params(profile: Profile, abort_callback: Any) -> Any:
+def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None = None) -> Any:
+    """The context parameters of ``profile``; ``n_ubatch`` overrides its micro-batch (the
+    chunked exact-reuse schedule runs at ``cache.exact_chunk``)."""
     p = llama_cpp.llama_context_default_params()
     threads = int(profile.get("context.n_threads")) or (os.cpu_count() or 1)
     threads_batch = int(profile.get("context.n_threads_batch")) or (os.cpu_count() or 1)
@@ -245,7 +248,7 @@ def context_params(profile: Profile, abort_callback: Any) -> Any:
     p.kv_unified = not profile.exact_reuse
     p.n_ctx = profile.n_ctx * (n_seq_max if profile.exact_reuse else 1)
     p.n_batch = profile.n_batch
-    p.n_ubatch = int(profile.get("context.n_ubatch"))
+    p.n_ubatch = n_ubatch or int(profile.get("context.n_ubatch"))
     p.n_seq_max = n_seq_max
     p.n_threads = threads
     p.n_threads_batch = threads_batch

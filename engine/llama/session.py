@@ -1,29 +1,34 @@
 """A persistent llama.cpp session: one model + one context, live prefix reuse, snapshots, branches.
 
 Sequence 0 is the live sequence. Sequences 1..n_seq_max-1 hold parked branches: other prefixes
-kept warm. ``prefill`` reuses the longest common prefix of the live sequence or of a parked
-branch, removes the tail with ``llama_memory_seq_rm`` and decodes only the new suffix in
-``n_batch`` chunks; each finished chunk is committed (counted as resident) before the next one.
+kept warm. ``prefill`` reuses the longest valid cached prefix of the live sequence or of a
+parked branch, removes the tail with ``llama_memory_seq_rm`` and decodes only the new suffix;
+each finished micro-batch is committed (counted as resident) before the next one.
 
 Exact reuse (``cache.exact_reuse``, the default) makes the warm computation the cold one, so
-warm prefix + suffix gives the cold run's logits bit for bit on any CPU. llama.cpp's kernels
-are not batch-invariant (which matmul and attention kernel a token goes through, and so its
-rounding, depends on the micro-batch it is in and on the KV cell layout), so:
+warm prefix + suffix gives the cold run's logits bit for bit. llama.cpp's CPU kernels compute a
+token the same way whatever else is in its micro-batch only from some batch size on (and only
+with weight repacking off), and that size depends on the CPU and build, so the session
+measures it at load (``engine.llama.invariance``) and picks an ``ExactSchedule``:
 
-- every prompt is decoded in micro-batches that start at multiples of ``n_ubatch`` (the chunk),
-  cold or warm, so each position is always computed in the same micro-batch; the prompt's last,
-  partial chunk is decoded in pieces of ``TAIL_PIECE`` tokens and then the rest;
-- only what a cold prefill of the new prompt computes in the same micro-batches is reused:
-  whole chunks, and, when the new prompt ends inside the same partial chunk (a keystroke's
-  inline completion), its whole pieces. A prompt that grows past that chunk recomputes
-  it whole, as a cold prefill does; anything decoded token by token (generated tokens) is
-  recomputed too;
-- every sequence has its own KV stream, so the live sequence sits at cells ``0..n-1`` in
-  position order, as after a cold prefill; branches are whole-stream copies (every cell of the
-  sliding window kept) and snapshots are loaded into the live stream itself.
+- **invariant** (the kernels agree from ``min_batch`` tokens on; 8 on the machines seen):
+  every micro-batch the engine decodes has at least ``min_batch`` tokens (the last one
+  borrows from the one before), so any two splits of a prompt compute every token alike.
+  Reuse is token by token: a prefill keeps the common prefix of what was prefilled (never
+  generated tokens, which were decoded one at a time) and recomputes at least ``min_batch``
+  tokens. Prefill runs in micro-batches of ``n_ubatch`` (512), at llama.cpp's full speed.
+- **chunked** (``cache.exact_schedule = "chunked"``, or no size passed the measurement):
+  round 2's schedule. Every prompt is decoded in micro-batches of ``cache.exact_chunk`` that
+  start at its multiples, the last partial chunk in pieces of ``TAIL_PIECE`` then the rest;
+  whole chunks are reused, and whole tail pieces while the new prompt ends inside the same
+  partial chunk (a keystroke's inline completion).
+
+Either way every sequence has its own KV stream, so the live sequence sits at cells
+``0..n-1`` in position order, as after a cold prefill; branches are whole-stream copies (every
+cell of the sliding window kept) and snapshots are loaded into the live stream itself.
 
 Without it (``exact_reuse = false``) reuse is token-granular on one KV pool that parked
-branches share with the live sequence: cheaper, but warm output may drift from cold.
+branches share with the live sequence: cheaper in memory, but warm output may drift from cold.
 """
 
 from __future__ import annotations
@@ -55,8 +60,10 @@ from engine.errors import (
     SnapshotCorruptError,
 )
 from engine.fim import FimTokens
+from engine.llama import invariance
 from engine.llama.model import LoadedModel, backend_version, context_params, load_model
 from engine.llama.sampler import build_sampler
+from engine.model_files import cache_dir
 from engine.profile import Profile
 from engine.results import (
     BranchInfo,
@@ -87,6 +94,35 @@ class _Branch:
     piece_tokens: int
 
 
+@dataclass(frozen=True)
+class ExactSchedule:
+    """How this session keeps warm == cold (module doc).
+
+    ``kind``: "invariant" (the kernels were measured batch-invariant from ``min_batch`` tokens
+    on: any split into micro-batches of at least that many gives the same bits; reuse is token
+    by token, at least ``min_batch`` tokens are recomputed), "chunked" (micro-batches of
+    ``chunk`` aligned to its multiples, reuse in whole chunks and tail pieces) or "off"
+    (``cache.exact_reuse = false``: token-granular reuse, warm may drift from cold).
+    ``fallback`` says why "chunked" was chosen when the profile asked for "auto"."""
+
+    kind: str
+    chunk: int
+    min_batch: int = 1
+    fallback: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "invariant":
+            return f"exact: invariant from {self.min_batch}-token micro-batches"
+        if self.kind == "chunked":
+            why = f" ({self.fallback})" if self.fallback else ""
+            return f"exact: chunked by {self.chunk}{why}"
+        return "exact reuse off"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "chunk": self.chunk, "minBatch": self.min_batch,
+                "description": self.describe()}
+
+
 #: The piece size of a prompt's last, partial chunk under exact reuse (see the module doc): a
 #: keystroke recomputes fewer than this many tokens before its own, not up to a whole chunk's
 #: worth (31 at n_ubatch 32, ~40 ms more on 2 cores), for up to three more small
@@ -104,6 +140,22 @@ def reusable_tokens(common: int, prompt_len: int, exact: int, pieces: int, chunk
     if n >= exact and prompt_len // chunk * chunk == exact:
         return max(exact, min(n, pieces) // piece * piece)  # inside the same partial chunk
     return max(0, min(n, exact)) // chunk * chunk
+
+
+def invariant_batches(pos: int, end: int, size: int, min_batch: int
+                      ) -> list[tuple[int, int, str]]:
+    """Micro-batches of at most ``size`` tokens covering ``pos..end-1``, none smaller than
+    ``min_batch`` (the last borrows from the one before it; ``size >= 2 * min_batch``). Only a
+    prompt shorter than ``min_batch`` gets a smaller one ("rest": not reusable)."""
+    out: list[tuple[int, int, str]] = []
+    start = pos
+    while end - start > size:
+        take = size if end - start - size >= min_batch else end - start - min_batch
+        out.append((start, start + take, "chunks"))
+        start += take
+    if start < end:
+        out.append((start, end, "chunks" if end - start >= min_batch else "rest"))
+    return out
 
 
 def _ms(t0: float) -> float:
@@ -130,6 +182,7 @@ class LlamaSession(SessionBase):
         self._decode_fn: DecodeFn = llama_cpp.llama_decode
         self._ctx: Any = None
         self._mem: Any = None
+        self._n_ubatch_override: int | None = None  # kept for a rebuild after a fatal decode
         self._tokens: list[int] = []
         self._resident_identity: ContextIdentity | None = None
         self._logits_ready = False
@@ -138,26 +191,31 @@ class LlamaSession(SessionBase):
         self._fatal_reason: str | None = None
         self.metrics = SessionMetrics()
         self._exact = profile.exact_reuse
-        # The reuse unit: exact reuse keeps whole n_ubatch chunks only (see the module doc).
-        self._chunk = int(profile.get("context.n_ubatch")) if self._exact else 1
-        # The last partial chunk's pieces (the chunk itself where it does not divide it).
-        self._piece = TAIL_PIECE if self._chunk % TAIL_PIECE == 0 else self._chunk
-        # Prefill batches start on chunk boundaries: n_batch rounded down to whole chunks.
-        self._n_batch = max(self._chunk, profile.n_batch // self._chunk * self._chunk)
-        # Leading resident tokens computed in whole aligned chunks (reusable under exact reuse),
-        # and, from there, in whole pieces of the partial chunk after them (>= _exact_tokens).
+        self._n_seq_max = int(profile.get("context.n_seq_max"))
+        self._batch = llama_cpp.llama_batch_init(profile.n_batch, 0, 1)
+        self._sampler = build_sampler(profile, model.vocab)
+        # Leading resident tokens a cold prefill of a longer prompt computes the same way
+        # (reusable under exact reuse), and, under the chunked schedule, from there the
+        # whole pieces of the partial chunk after them (>= _exact_tokens).
         self._exact_tokens = 0
         self._piece_tokens = 0
         # A cross-stream sequence copy that llama.cpp has not run yet (see _flush_copies).
         self._copies_pending = False
-        self._n_seq_max = int(profile.get("context.n_seq_max"))
-        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._sampler = build_sampler(profile, model.vocab)
-        self._create_context()
+        self.schedule = self._choose_schedule()
+        # The reuse unit: whole chunks under the chunked schedule, else single tokens.
+        self._chunk = self.schedule.chunk
+        # The last partial chunk's pieces (the chunk itself where it does not divide it).
+        self._piece = TAIL_PIECE if self._chunk % TAIL_PIECE == 0 else self._chunk
+        # Tokens per llama_decode call: whole chunks (chunked), one micro-batch (invariant:
+        # the engine, not llama.cpp, decides every micro-batch's size).
+        n_ubatch = int(profile.get("context.n_ubatch"))
+        self._n_batch = (max(self._chunk, profile.n_batch // self._chunk * self._chunk)
+                         if self.schedule.kind == "chunked" else
+                         n_ubatch if self.schedule.kind == "invariant" else profile.n_batch)
         self.identity = ContextIdentity(
             profile_id=profile.profile_id,
             backend=self.backend,
-            backend_version=backend_version(),
+            backend_version=f"{backend_version()}; {self.schedule.describe()}",
             model_digest=model.model_digest,
             tokenizer_digest=model.tokenizer_digest,
             chat_template_digest=model.chat_template_digest,
@@ -174,16 +232,106 @@ class LlamaSession(SessionBase):
             block_size=self._identity_block_size(profile),
         )
 
+    def _choose_schedule(self) -> ExactSchedule:
+        """Create the context and decide how exact reuse is kept (module doc): measured batch
+        invariance when the profile allows it, else the chunked schedule."""
+        profile = self.profile
+        if not self._exact:
+            self._create_context()
+            return ExactSchedule("off", chunk=1)
+        chunk = profile.exact_chunk
+        if profile.exact_schedule == "chunked":
+            self._create_context(n_ubatch=chunk)
+            return ExactSchedule("chunked", chunk=chunk)
+        n_ubatch = int(profile.get("context.n_ubatch"))
+        why = self._known_batch_dependent()
+        if why is None:
+            self._create_context()
+            min_batch = self._measured_min_batch(n_ubatch)
+            if min_batch is not None and 2 * min_batch <= n_ubatch:
+                return ExactSchedule("invariant", chunk=1, min_batch=min_batch)
+            why = ("not batch-invariant at any micro-batch size tried "
+                   f"({', '.join(map(str, invariance.CANDIDATES))}) on this CPU")
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = self._mem = None
+        log.warning("exact reuse uses the chunked schedule (micro-batches of %d, reuse in "
+                    "whole chunks): %s", chunk, why)
+        self._create_context(n_ubatch=chunk)
+        return ExactSchedule("chunked", chunk=chunk, fallback=why)
+
+    def _known_batch_dependent(self) -> str | None:
+        """Why this profile's kernels are batch-dependent by construction (no measurement
+        needed), or None. A short probe can miss such a kernel: its differences are often
+        below the f16 rounding of the KV cache, so these are never left to it."""
+        p = self.profile
+        if str(p.get("context.flash_attn")) != "off":
+            return ("flash attention: its CPU kernel computes a query row by its place in "
+                    "the micro-batch (tiles of rows, the rest row by row)")
+        if bool(p.get("context.repack_weights")):
+            return ("repacked weights: the GEMM tiles and the GEMV for the columns left over "
+                    "round a token by its column in the micro-batch")
+        if int(p.get("context.n_gpu_layers")) != 0:
+            return "GPU offload: its kernels are chosen by batch size"
+        return None
+
+    def _measured_min_batch(self, n_ubatch: int) -> int | None:
+        """The invariance probe's answer for this model, build and kernel settings: from the
+        cache file when measured before, else measured now (about a second) and kept."""
+        p = self.profile
+        key = invariance.probe_key(
+            model=self._model.model_digest, backend=backend_version(), n_ubatch=n_ubatch,
+            repack=p.get("context.repack_weights"), flash_attn=p.get("context.flash_attn"),
+            type_k=p.get("context.type_k"), type_v=p.get("context.type_v"),
+            swa_full=p.swa_full, n_gpu_layers=p.get("context.n_gpu_layers"),
+            n_threads_batch=p.get("context.n_threads_batch"))
+        path = cache_dir() / "engine" / "batch-invariance.json"
+        found, min_batch = invariance.load_probe(path, key)
+        if not found:
+            t0 = time.perf_counter()
+            min_batch = invariance.find_min_batch(self._probe_run, n_ubatch)
+            log.info("batch-invariance probe: minimum micro-batch %s (%.0f ms)",
+                     min_batch, _ms(t0))
+            invariance.store_probe(path, key, min_batch)
+        return min_batch
+
+    def _probe_run(self, sizes: Sequence[int]) -> bytes:
+        """One probe decode (``invariance.RunFn``) on the live sequence, which is empty at
+        load and emptied again after."""
+        base = self.tokenize(invariance.PROBE_TEXT, add_bos=True)
+        n = sum(sizes)
+        toks = (base * (n // len(base) + 1))[:n]
+        llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+        try:
+            pos = 0
+            for size in sizes:
+                self._fill_batch(toks[pos: pos + size], pos, logits_last=pos + size == n)
+                status = int(llama_cpp.llama_decode(self._ctx, self._batch))
+                if status != 0:
+                    raise DecodeFatalError(
+                        f"llama_decode returned {status} in the batch-invariance probe",
+                        status=status)
+                pos += size
+            logits = ctypes.string_at(llama_cpp.llama_get_logits_ith(self._ctx, -1),
+                                      4 * self.n_vocab)
+            size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
+            buf = (ctypes.c_uint8 * size)()
+            got = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, MAIN_SEQ))
+            return logits + ctypes.string_at(buf, got)
+        finally:
+            llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+
     def _identity_block_size(self, profile: Profile) -> int:
-        """The assembler pads the stable region to this: whole chunks under exact reuse, so a
-        stable prefix is reused to its last token (as OpenVINO's KV blocks do)."""
-        if profile.llama_block_size % self._chunk:
-            log.warning(
-                "cache.block_size = %d is not a multiple of context.n_ubatch (%d): a stable "
-                "prefix that ends inside a chunk is reused only up to the chunk before it",
-                profile.block_size, self._chunk,
-            )
-        return profile.llama_block_size
+        """The assembler pads the stable region to this: ``cache.block_size``, and under the
+        chunked schedule whole chunks when that is left at 1, so a stable prefix is reused
+        to its last token (as OpenVINO's KV blocks do). Token-granular reuse needs none."""
+        if profile.block_size > 1 or self._chunk == 1:
+            if profile.block_size % self._chunk:
+                log.warning(
+                    "cache.block_size = %d is not a multiple of the exact-reuse chunk (%d): "
+                    "a stable prefix that ends inside a chunk is reused only up to the chunk "
+                    "before it", profile.block_size, self._chunk)
+            return profile.block_size
+        return self._chunk
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -196,8 +344,10 @@ class LlamaSession(SessionBase):
             model.close()
             raise
 
-    def _create_context(self) -> None:
-        params = context_params(self.profile, self._abort_cb)
+    def _create_context(self, n_ubatch: int | None = None) -> None:
+        if n_ubatch is not None:
+            self._n_ubatch_override = n_ubatch
+        params = context_params(self.profile, self._abort_cb, self._n_ubatch_override)
         ctx = llama_cpp.llama_init_from_model(self._model.model, params)
         if not ctx:
             raise DecodeFatalError(
@@ -281,6 +431,10 @@ class LlamaSession(SessionBase):
             "cancel": True,
             "prefix_reuse": True,
         }
+
+    @property
+    def exact_reuse(self) -> dict[str, Any]:
+        return self.schedule.to_dict()
 
     @property
     def reuse_granularity(self) -> int:
@@ -432,14 +586,19 @@ class LlamaSession(SessionBase):
     def _reusable(self, resident: Sequence[int], exact: int, pieces: int,
                   toks: Sequence[int]) -> int:
         """How many of ``resident`` (computed as ``exact``/``pieces`` say) a prefill of
-        ``toks`` keeps (``reusable_tokens``); without exact reuse, the common prefix."""
+        ``toks`` keeps under this session's schedule (module doc)."""
         common = common_prefix_length(resident, toks)
-        if not self._exact:
+        if self.schedule.kind == "off":
             return max(0, min(common, len(toks) - 1))
+        if self.schedule.kind == "invariant":
+            # Keep what was computed in micro-batches of at least min_batch, leaving at least
+            # min_batch tokens to compute: then every micro-batch of the warm prefill is one
+            # the invariance holds for, as every one of the cold prefill is.
+            return max(0, min(common, exact, len(toks) - self.schedule.min_batch))
         return reusable_tokens(common, len(toks), exact, pieces, self._chunk, self._piece)
 
     def _live_reusable(self, tokens: Sequence[int], granularity: int) -> int:
-        # The chunk-and-piece rule (``granularity`` is the chunk).
+        # The schedule's rule (``_reusable``), not a plain granularity.
         return self._reusable(self._tokens, self._exact_tokens, self._piece_tokens, tokens)
 
     def _cut_computed(self, n: int) -> None:
@@ -497,9 +656,11 @@ class LlamaSession(SessionBase):
         chunks in n_batch batches (llama.cpp splits them into n_ubatch micro-batches), then
         the last partial chunk's whole pieces, then the rest. ``pos`` is where reuse stopped:
         a chunk boundary, or a piece boundary inside the last chunk."""
-        if not self._exact:  # chunk = 1: everything counts as computed
+        if self.schedule.kind == "off":  # chunk = 1: everything counts as computed
             return [(s, min(s + self._n_batch, end), "chunks")
                     for s in range(pos, end, self._n_batch)]
+        if self.schedule.kind == "invariant":
+            return invariant_batches(pos, end, self._n_batch, self.schedule.min_batch)
         full_end = end // self._chunk * self._chunk
         assert pos >= full_end or pos % self._chunk == 0, (pos, self._chunk)
         pieces_end = full_end + (end - full_end) // self._piece * self._piece

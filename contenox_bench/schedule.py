@@ -1,0 +1,146 @@
+"""Section "schedule": what the exact-reuse schedule costs, side by side in one run.
+
+The same model under four engine settings, each an in-process session of the bench profile
+with a few overrides, measured in interleaved rounds (the order alternates per round, so a
+busy machine slows all of them alike):
+
+- ``invariant``: the default (weights not repacked, micro-batches of ``n_ubatch``, the
+  minimum micro-batch measured at load; token-granular reuse);
+- ``landed``: round 2's default (the chunked schedule: micro-batches of 32 aligned to 32,
+  repacked weights);
+- ``chunked``: the chunked schedule without repacking (the fallback where the kernels are not
+  batch-invariant);
+- ``inexact``: ``cache.exact_reuse = false`` with repacked weights and micro-batches of
+  ``n_ubatch`` (round 1's engine; llama-server's kernels), the fast-but-inexact reference.
+
+Rows: cold prefill of ``cold`` tokens (tokens/s), a ``suffix``-token prefill after a
+``depth``-token prefix (ms: an ask's question part at depth), and decode tokens/s at that
+depth. Which schedule each session chose is recorded (the measurement happens at load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from contenox_bench import applicable
+from contenox_bench.config import BenchConfig
+from contenox_bench.corpus import read_stdlib
+from contenox_bench.progress import Progress
+from contenox_bench.stats import median, ratio, summary
+from engine import open_session
+from engine.profile import Profile
+
+SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("invariant", "default: invariant schedule, weights not repacked", {}),
+    ("landed", "round 2's default: chunked by 32, repacked weights",
+     {"cache.exact_schedule": "chunked", "context.repack_weights": True}),
+    ("chunked", "chunked by 32, weights not repacked", {"cache.exact_schedule": "chunked"}),
+    ("inexact", "exact reuse off, repacked weights (round 1; llama-server's kernels)",
+     {"cache.exact_reuse": False, "context.repack_weights": True}),
+)
+TEXT_FILES = ("json/decoder.py", "textwrap.py", "shlex.py", "argparse.py")
+DECODE_TOKENS = 16
+
+
+def sizes(cfg: BenchConfig) -> tuple[int, int, int]:
+    """(cold, depth, suffix): 2,048 / 2,816 / 256 by default, smaller in --quick."""
+    return (512, 768, 64) if cfg.mode == "quick" else (2048, 2816, 256)
+
+
+def planned_units(cfg: BenchConfig) -> int:
+    return max(1, cfg.cold_reps) * len(SETTINGS) + 1
+
+
+def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any]:
+    if profile.backend != applicable.BARE_LOOP_BACKEND:
+        return {"status": applicable.not_applicable("the schedules compared are llama.cpp's")}
+    cold_n, depth, suffix_n = sizes(cfg)
+    n_ctx = max(profile.n_ctx, depth + suffix_n + DECODE_TOKENS + 64)
+    sessions: dict[str, Any] = {}
+    try:
+        for key, _, overrides in SETTINGS:
+            sessions[key] = open_session(profile.with_overrides(
+                {**overrides, "context.n_ctx": n_ctx}, source=f"bench schedule {key}"))
+        progress.step("schedule: sessions loaded")
+        text = "".join(t for _, t in read_stdlib(TEXT_FILES))
+        tokens = sessions["invariant"].tokenize(text, add_bos=True)
+        if len(tokens) < depth + suffix_n:
+            tokens = (tokens * (1 + (depth + suffix_n) // len(tokens)))
+        samples: dict[str, dict[str, list[float]]] = {
+            k: {"cold": [], "suffix": [], "decode": []} for k in sessions}
+        keys = list(sessions)
+        for rep in range(max(1, cfg.cold_reps)):
+            for key in keys if rep % 2 == 0 else reversed(keys):
+                _measure(sessions[key], tokens, cold_n, depth, suffix_n, samples[key])
+                progress.step(f"schedule: {key}")
+        rows = []
+        for key, label, overrides in SETTINGS:
+            s = sessions[key]
+            rows.append({
+                "key": key, "label": label, "overrides": overrides,
+                "exact_reuse": s.exact_reuse,
+                "cold_tok_s": summary(samples[key]["cold"], "tokens/s"),
+                "suffix_ms": summary(samples[key]["suffix"], "ms"),
+                "decode_tok_s": summary(samples[key]["decode"], "tokens/s"),
+            })
+    finally:
+        for s in sessions.values():
+            s.close()
+    by = {r["key"]: r for r in rows}
+
+    def over(a: str, b: str, field: str, faster_is_lower: bool = False) -> float | None:
+        x, y = median(by[a][field]), median(by[b][field])
+        return ratio(y, x) if faster_is_lower else ratio(x, y)
+
+    return {
+        "status": "ok", "cold_tokens": cold_n, "depth": depth, "suffix_tokens": suffix_n,
+        "decode_tokens": DECODE_TOKENS, "rows": rows,
+        "ratios": {
+            "cold_invariant_over_inexact": over("invariant", "inexact", "cold_tok_s"),
+            "cold_invariant_over_landed": over("invariant", "landed", "cold_tok_s"),
+            "suffix_speedup_over_landed": over("invariant", "landed", "suffix_ms", True),
+            "decode_invariant_over_inexact": over("invariant", "inexact", "decode_tok_s"),
+        },
+    }
+
+
+def _measure(s: Any, tokens: Sequence[int], cold_n: int, depth: int, suffix_n: int,
+             out: dict[str, list[float]]) -> None:
+    s.reset()
+    r = s.prefill(tokens[:cold_n])
+    out["cold"].append(r.new_tokens / (r.prefill_ms / 1000.0))
+    s.reset()
+    s.prefill(tokens[:depth])
+    r = s.prefill(tokens[: depth + suffix_n])
+    assert r.reused_tokens >= depth - 64, (r.reused_tokens, depth)  # the prefix stayed warm
+    out["suffix"].append(r.prefill_ms)
+    g = s.generate(max_tokens=DECODE_TOKENS)
+    if g.decode_tokens > 1 and g.decode_tok_s:
+        out["decode"].append(g.decode_tok_s)
+
+
+def markdown(sec: dict[str, Any]) -> list[str]:
+    out = ["## Schedule: what exact reuse costs", ""]
+    if sec.get("status") != "ok":
+        return [*out, f"Status: {sec.get('status')}", ""]
+    out += [f"Cold prefill of {sec['cold_tokens']} tokens; {sec['suffix_tokens']} new tokens "
+            f"after a {sec['depth']}-token prefix; decode of {sec['decode_tokens']} tokens at "
+            "that depth. Medians of interleaved rounds in one run.", "",
+            "| setting | schedule chosen at load | cold tok/s | suffix ms | decode tok/s |",
+            "|---|---|---|---|---|"]
+    for r in sec["rows"]:
+        desc = (r.get("exact_reuse") or {}).get("description", "—")
+        out.append(f"| {r['label']} | {desc} | {_fmt(median(r['cold_tok_s']))} | "
+                   f"{_fmt(median(r['suffix_ms']), 0)} | {_fmt(median(r['decode_tok_s']))} |")
+    q = sec["ratios"]
+    out += ["", "Invariant vs round 1's inexact engine: cold "
+            f"{_fmt(q['cold_invariant_over_inexact'], 2)}×, "
+            f"decode {_fmt(q['decode_invariant_over_inexact'], 2)}×; vs round 2's landed "
+            f"schedule: cold {_fmt(q['cold_invariant_over_landed'], 2)}×, suffix at depth "
+            f"{_fmt(q['suffix_speedup_over_landed'], 2)}× faster.", ""]
+    return out
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    return "—" if x is None else f"{float(x):.{digits}f}"

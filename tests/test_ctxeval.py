@@ -1,0 +1,57 @@
+"""``contenox-lsp eval context`` on a small task file: the real pipeline, the real model's
+tokenizer; a definition without a unique body line is left out of "body present", not a crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from contenox_bench import ctxeval
+
+SOURCE = '''"""Shapes."""
+
+
+def area(width, height):
+    product = width * height
+    return product
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+'''
+
+TEST = '''from shapes import area, perimeter
+
+
+def test_area():
+    assert area(2, 3) == 6
+'''
+
+
+def _task(body_line: str | None, name: str) -> dict[str, Any]:
+    return {
+        "id": f"t-{name}", "tree": "tree", "open_file": "test_shapes.py", "cursor_line": 5,
+        "question": "Why does area return the wrong value?",
+        "gt_files": ["shapes.py"],
+        "gt_defs": [{"file": "shapes.py", "name": name, "kind": "def", "body_line": body_line}],
+    }
+
+
+def test_eval_context_scores_what_it_can(tmp_path: Path, llama_session: Any) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "shapes.py").write_text(SOURCE, encoding="utf-8")
+    (tree / "test_shapes.py").write_text(TEST, encoding="utf-8")
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps({"tasks": [_task("product = width * height", "area"),
+                                           _task(None, "perimeter")]}), encoding="utf-8")
+    doc = ctxeval.run(tasks, tmp_path / "out", [1024], llama_session)
+    by_id = {t["id"]: t["results"] for t in doc["tasks"]}
+    assert by_id["t-area"]["map+code@1024"]["body_present"] == 1.0
+    assert by_id["t-perimeter"]["map+code@1024"]["body_present"] is None  # nothing to look for
+    body = doc["summary"]["map+code@1024"]["body_present"]
+    assert body["tasks"] == 1 and body["mean"] == 1.0
+    assert doc["summary"]["map+code@1024"]["file_recall"]["tasks"] == 2
+    report = (tmp_path / "out" / "context-eval.md").read_text(encoding="utf-8")
+    assert "body present over 1 tasks: 1 have no definition with a unique body line" in report
