@@ -114,10 +114,11 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "context", "n_batch", 512, _int_range(1), "an integer >= 1", "logical batch (prefill chunk)"
     ),
-    # llama.cpp's default: under exact reuse the kernels are batch-invariant at this size
-    # (engine/README.md), so prefill runs at full speed; cache.exact_chunk is the micro-batch
-    # of the chunked schedule instead.
-    FieldSpec("context", "n_ubatch", 512, _int_range(1), "an integer >= 1", "physical micro-batch"),
+    # Under exact reuse the kernels are batch-invariant at this size (engine/README.md), so
+    # prefill runs at llama.cpp's speed: 128 is as fast as llama-server's 512 on the 2-core
+    # machines here, with a compute buffer of 129 MiB at n_ctx 8192 instead of 515 MiB.
+    # cache.exact_chunk is the micro-batch of the chunked schedule instead.
+    FieldSpec("context", "n_ubatch", 128, _int_range(1), "an integer >= 1", "physical micro-batch"),
     # Off by default: llama.cpp's weight-repacking GEMM/GEMV kernels (llama_model_params.
     # use_extra_bufts) compute a token differently by its column in the micro-batch, which
     # breaks the batch invariance exact reuse relies on; at micro-batch 512 they are no faster.

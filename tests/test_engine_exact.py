@@ -29,8 +29,9 @@ N_GEN = 16
 # (name, overrides): each changes which kernels a prefill goes through, and the schedule that
 # keeps warm == cold: the measured invariant one (default) and the chunked one.
 SETTINGS = [
-    ("t1-fa_off-u512", {"context.n_threads": 1, "context.n_threads_batch": 1}),
-    ("t2-fa_on-u512", {"context.n_threads": 2, "context.n_threads_batch": 2,
+    ("t1-fa_off-u512", {"context.n_threads": 1, "context.n_threads_batch": 1,
+                        "context.n_ubatch": 512}),
+    ("t2-fa_on-u128", {"context.n_threads": 2, "context.n_threads_batch": 2,
                        "context.flash_attn": "on"}),
     ("t2-fa_off-b96-u64", {"context.n_batch": 96, "context.n_ubatch": 64}),
     ("t2-chunked32-b96", {"cache.exact_schedule": "chunked", "context.n_batch": 96,
