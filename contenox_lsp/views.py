@@ -80,6 +80,10 @@ def explain_view(
         # chat formats for instruction models, "base" (a document to continue) without a
         # chat template: the profile's prompt.format, "auto" resolved by the engine
         "promptFormat": ident.prompt_format,
+        # where it came from: "profile", "template" (derived from the model's chat template),
+        # "family (...)", "base: no template", "base: template not usable (...)"; null: the
+        # backend does not say
+        "promptFormatSource": session.prompt_format_source,
         "completionMode": choose_mode(session.profile.completion_mode, session.fim_tokens),
         "segments": segments,
         "dropped": [

@@ -88,6 +88,12 @@ def resolve_prompt_format(configured: str, chat_template: str | None) -> str:
     return detect_prompt_format(chat_template) if configured == AUTO_FORMAT else configured
 
 
+def register_format(fmt: PromptFormat) -> None:
+    """Make a format derived at run time (``contextasm.templates``) known by its name. A name
+    is a digest of the markers, so registering it again is harmless."""
+    PROMPT_FORMATS.setdefault(fmt.name, fmt)
+
+
 def get_format(name: str) -> PromptFormat:
     """The prompt format called ``name``; an unknown name is an error, never a fallback."""
     try:

@@ -84,6 +84,12 @@ class SessionBase:
         return self._resident_identity
 
     @property
+    def prompt_format_source(self) -> str | None:
+        """Where the identity's prompt format came from (``contextasm.templates``); None where
+        the backend does not say."""
+        return None
+
+    @property
     def exact_reuse(self) -> dict[str, Any] | None:
         """How this session keeps warm == cold (the llama backend's schedule, measured at
         load); None where the backend does not say."""

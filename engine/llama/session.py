@@ -46,9 +46,9 @@ from typing import Any
 
 import llama_cpp
 
-from contextasm.formats import resolve_prompt_format
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
+from contextasm.templates import FormatChoice, choose_prompt_format
 from engine.errors import (
     CancelledError,
     DecodeFailedError,
@@ -212,6 +212,7 @@ class LlamaSession(SessionBase):
         self._n_batch = (max(self._chunk, profile.n_batch // self._chunk * self._chunk)
                          if self.schedule.kind == "chunked" else
                          n_ubatch if self.schedule.kind == "invariant" else profile.n_batch)
+        self.prompt_format = self._choose_format()
         self.identity = ContextIdentity(
             profile_id=profile.profile_id,
             backend=self.backend,
@@ -219,7 +220,7 @@ class LlamaSession(SessionBase):
             model_digest=model.model_digest,
             tokenizer_digest=model.tokenizer_digest,
             chat_template_digest=model.chat_template_digest,
-            prompt_format=resolve_prompt_format(profile.prompt_format, model.chat_template),
+            prompt_format=self.prompt_format.name,
             bos_policy=profile.bos_policy,
             n_ctx=self.n_ctx,
             rope_freq_base=float(profile.get("context.rope_freq_base")),
@@ -231,6 +232,22 @@ class LlamaSession(SessionBase):
             swa_full=profile.swa_full,
             block_size=self._identity_block_size(profile),
         )
+
+    def _choose_format(self) -> FormatChoice:
+        """The prompt format (``contextasm.templates``): from the model's chat template under
+        ``prompt.format = "auto"``, rendered with its own BOS and EOS texts."""
+        vocab = self._model.vocab
+
+        def text(token: int) -> str:
+            return self.token_piece(token, special=True).decode("utf-8", "replace") \
+                if token >= 0 else ""
+
+        choice = choose_prompt_format(self.profile.prompt_format, self._model.chat_template,
+                                      text(llama_cpp.llama_vocab_bos(vocab)),
+                                      text(llama_cpp.llama_vocab_eos(vocab)))
+        if choice.source.startswith(("family (", "base: template not usable")):
+            log.warning("prompt format %s: %s", choice.name, choice.source)
+        return choice
 
     def _choose_schedule(self) -> ExactSchedule:
         """Create the context and decide how exact reuse is kept (module doc): measured batch
@@ -435,6 +452,10 @@ class LlamaSession(SessionBase):
     @property
     def exact_reuse(self) -> dict[str, Any]:
         return self.schedule.to_dict()
+
+    @property
+    def prompt_format_source(self) -> str:
+        return self.prompt_format.source
 
     @property
     def reuse_granularity(self) -> int:
