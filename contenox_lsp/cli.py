@@ -160,8 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_model_parser(sub: Any) -> None:
     from engine.openvino.convert import WEIGHT_FORMATS
 
-    model = sub.add_parser("model", help="model files: conversion")
+    model = sub.add_parser("model", help="model files: what a model is, conversion")
     model_sub = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    info = model_sub.add_parser(
+        "info", help="what the profile's model is and what this server makes of it "
+        "(format, FIM, stops, KV memory, exact reuse)")
+    _add_common(info)
+    info.add_argument("--json", action="store_true")
     conv = model_sub.add_parser(
         "convert", help="convert a GGUF file or HF folder for another backend"
     )
@@ -339,6 +344,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_model_info(args: argparse.Namespace) -> int:
+    from contenox_lsp.model_info import model_info, render
+    from engine import open_session
+
+    with open_session(_load_profile(args)) as session:
+        doc = model_info(session)
+    print(json.dumps(doc, indent=2) if args.json else render(doc))
+    return EXIT_OK
+
+
 def cmd_model_convert(args: argparse.Namespace) -> int:
     """``model convert``: one status line to stderr, stdout stays empty."""
     import time
@@ -386,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             return cmd_bench(args)
         if args.command == "model":
+            if args.model_command == "info":
+                return cmd_model_info(args)
             return cmd_model_convert(args)
         if args.command == "eval":
             return cmd_eval_context(args)

@@ -168,7 +168,7 @@ def vocab_token_texts(path: Path, ids: list[int]) -> list[str]:
                 for i in ids]
 
 
-def _meta_str(model: Any, key: str) -> str | None:
+def meta_str(model: Any, key: str) -> str | None:
     buf = ctypes.create_string_buffer(1 << 16)
     n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
     if n < 0:

@@ -61,7 +61,13 @@ from engine.errors import (
 )
 from engine.fim import FimTokens
 from engine.llama import invariance
-from engine.llama.model import LoadedModel, backend_version, context_params, load_model
+from engine.llama.model import (
+    LoadedModel,
+    backend_version,
+    context_params,
+    load_model,
+    meta_str,
+)
 from engine.llama.sampler import build_sampler
 from engine.model_files import cache_dir
 from engine.profile import Profile
@@ -140,6 +146,11 @@ def reusable_tokens(common: int, prompt_len: int, exact: int, pieces: int, chunk
     if n >= exact and prompt_len // chunk * chunk == exact:
         return max(exact, min(n, pieces) // piece * piece)  # inside the same partial chunk
     return max(0, min(n, exact)) // chunk * chunk
+
+
+#: Bytes per element of the KV cache types (quantized types: per element, block overhead in).
+_KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+             "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
 
 
 def invariant_batches(pos: int, end: int, size: int, min_batch: int
@@ -456,6 +467,55 @@ class LlamaSession(SessionBase):
     @property
     def prompt_format_source(self) -> str:
         return self.prompt_format.source
+
+    def model_facts(self) -> dict[str, Any]:
+        """What ``contenox-lsp model info`` shows: the model as llama.cpp loaded it, and what
+        this profile makes of it (format, schedule, KV memory)."""
+        m, vocab = self._model.model, self._model.vocab
+        arch = meta_str(m, "general.architecture") or "?"
+        n_layer = int(llama_cpp.llama_model_n_layer(m))
+        n_head = max(1, int(llama_cpp.llama_model_n_head(m)))
+        n_head_kv = int(llama_cpp.llama_model_n_head_kv(m))
+        head = int(llama_cpp.llama_model_n_embd(m)) // n_head
+        k_len = int(meta_str(m, f"{arch}.attention.key_length") or head)
+        v_len = int(meta_str(m, f"{arch}.attention.value_length") or head)
+        per_cell = n_layer * n_head_kv * (
+            k_len * _KV_BYTES.get(str(self.profile.get("context.type_k")), 2.0)
+            + v_len * _KV_BYTES.get(str(self.profile.get("context.type_v")), 2.0))
+
+        def text(token: int) -> str | None:
+            if token < 0:
+                return None
+            return self.token_piece(token, special=True).decode("utf-8", "replace")
+
+        eog = sorted({t for t in (llama_cpp.llama_vocab_eos(vocab),
+                                  llama_cpp.llama_vocab_eot(vocab))
+                      if t >= 0 and llama_cpp.llama_vocab_is_eog(vocab, t)})
+        fim = self._model.fim
+        return {
+            "path": str(self._model.path), "description": self._model.description,
+            "architecture": arch, "name": meta_str(m, "general.name"),
+            "parameters": int(llama_cpp.llama_model_n_params(m)),
+            "sizeBytes": int(llama_cpp.llama_model_size(m)),
+            "layers": n_layer, "contextTrained": self._model.n_ctx_train,
+            "contextConfigured": self.n_ctx, "slidingWindow": self._model.n_swa,
+            "promptFormat": self.prompt_format.name,
+            "promptFormatSource": self.prompt_format.source,
+            "chatTemplate": self._model.chat_template is not None,
+            "bos": {"token": text(self._model.bos_id if self._model.bos_id is not None else -1),
+                    "policy": self.profile.bos_policy},
+            "endOfGeneration": [text(t) for t in eog],
+            "fim": None if fim is None else {
+                "prefix": text(fim.prefix), "suffix": text(fim.suffix),
+                "middle": text(fim.middle),
+                "repo": None if fim.repo is None else text(fim.repo),
+                "sep": None if fim.sep is None else text(fim.sep)},
+            "kvBytesPerToken": round(per_cell),
+            "kvBytesPerSequence": round(per_cell * self.n_ctx),
+            "kvBytesAllSequences": round(per_cell * self.n_ctx * self._n_seq_max),
+            "sequences": self._n_seq_max,
+            "exactReuse": self.schedule.to_dict(),
+        }
 
     @property
     def reuse_granularity(self) -> int:
