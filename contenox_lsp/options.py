@@ -6,7 +6,7 @@ warning (shown to the user with ``window/showMessage``) and its default is kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contenox_lsp.errors import InputError
@@ -112,11 +112,6 @@ def merge_initialization_options(
             continue
         changes[name] = value
     return replace(base, **changes), warnings
-
-
-def option_names() -> list[str]:
-    """The dataclass field names (for tests and docs)."""
-    return [f.name for f in fields(ServerOptions)]
 
 
 def add_server_arguments(parser: Any) -> None:

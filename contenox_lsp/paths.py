@@ -42,14 +42,6 @@ def safe_path(uri: str, roots: Iterable[Path]) -> Path:
     return resolve_inside(uri_to_path(uri), list(roots))
 
 
-def is_inside(path: Path, roots: Iterable[Path]) -> bool:
-    try:
-        resolve_inside(path, roots)
-    except OutsideWorkspaceError:
-        return False
-    return True
-
-
 def is_under(path: Path, root: Path) -> bool:
     """``path`` is ``root`` or lies below it (lexically: both already resolved)."""
     return path == root or root in path.parents

@@ -134,10 +134,6 @@ class EngineWorker:
         """The job running right now, if any."""
         return self._current
 
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
     def stop(self, timeout: float = 10.0) -> None:
         with self._cv:
             self._stopping = True

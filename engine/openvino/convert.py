@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError, ModelLoadError, ModelNotFoundError
+from engine.model_files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -222,21 +223,13 @@ def build_hf_tokenizer(gguf_path: Path) -> Any:
 # ----------------------------------------------------------------------------- conversion
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def source_digest(src: Path) -> str:
     """sha256 of a GGUF file, or of a HF folder's files (names + contents)."""
     if src.is_file():
-        return _sha256(src)
+        return sha256_file(src)
     h = hashlib.sha256()
     for p in sorted(q for q in src.rglob("*") if q.is_file()):
-        h.update(p.relative_to(src).as_posix().encode() + b"\0" + _sha256(p).encode())
+        h.update(p.relative_to(src).as_posix().encode() + b"\0" + sha256_file(p).encode())
     return h.hexdigest()
 
 
@@ -384,7 +377,7 @@ def convert(src: Path, out: Path, weight_format: str) -> Path:
             "weight_format": weight_format,
             "task": "text-generation-with-past",
             "tokenizer": "rebuilt from GGUF (SPM-BPE, byte fallback)" if is_gguf else "source",
-            "model_digest": _sha256(stage / "openvino_model.bin"),
+            "model_digest": sha256_file(stage / "openvino_model.bin"),
             "versions": _versions(),
             "seconds": round(time.perf_counter() - t0, 1),
         }
@@ -410,7 +403,7 @@ def cached_convert(src: Path, weight_format: str, cache_root: Path | None = None
 def _cached_file_digest(src: Path) -> str:
     from engine.model_files import cached_file_facts
 
-    return cached_file_facts(src, lambda: {"sha256": _sha256(src)}, "sha256")["sha256"]
+    return cached_file_facts(src, lambda: {"sha256": sha256_file(src)}, "sha256")["sha256"]
 
 
 # ----------------------------------------------------------------------------- CLI helpers
