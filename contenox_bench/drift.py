@@ -44,7 +44,8 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
             rows = [_measure(session, path, text, cfg, prof.n_batch, progress)
                     for path in PATHS]
             modes.append({"mode": label, "exact_reuse": exact,
-                          "reuse_granularity": session.reuse_granularity, "rows": rows})
+                          "reuse_granularity": session.reuse_granularity,
+                          "schedule": session.exact_reuse, "rows": rows})
     return {"status": "ok", "n_tokens": cfg.drift_tokens, "prefix_tokens": cfg.drift_prefix,
             "modes": modes}
 

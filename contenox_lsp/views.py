@@ -34,7 +34,7 @@ def explain_view(
     best snapshot that could be restored instead (0: none)."""
     common, reason = assembly.reuse_against_resident(list(resident), session.resident_identity)
     # What the next prefill really reuses (whole reuse blocks only).
-    live = reusable_prefix(session, common)
+    live = reusable_prefix(session, common, assembly.n_tokens)
     reused = max(live, snapshot_tokens)
     cached_from = "snapshot" if snapshot_tokens > live else ("resident" if live else "none")
     ident = assembly.identity

@@ -92,11 +92,16 @@ class Session(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def reusable_prefix(session: Session, common: int) -> int:
-    """Of ``common`` leading tokens equal to the resident ones, how many the next prefill
-    really reuses on this session (rounded down to its reuse granularity)."""
+def reusable_prefix(session: Session, common: int, prompt_len: int | None = None) -> int:
+    """Of ``common`` leading tokens equal to the resident ones, how many the next prefill of
+    a ``prompt_len``-token prompt really reuses on this session (rounded down to its reuse
+    granularity; the invariant exact-reuse schedule leaves its minimum micro-batch)."""
     g = max(1, session.reuse_granularity)
-    return min(common, session.reusable_resident) // g * g
+    n = min(common, session.reusable_resident)
+    min_batch = int((session.exact_reuse or {}).get("minBatch", 1))
+    if prompt_len is not None and min_batch > 1:
+        n = min(n, max(0, prompt_len - min_batch))
+    return n // g * g
 
 
 def open_session(profile: Profile | None = None) -> Session:
