@@ -636,31 +636,24 @@ def _check(spec: FieldSpec, value: Any, where: str) -> None:
         )
 
 
+#: (smaller, larger): the first may not exceed the second (checked in this order).
+_NOT_ABOVE = (
+    ("context.n_ubatch", "context.n_batch"),
+    ("cache.exact_chunk", "context.n_batch"),
+    ("context.n_batch", "context.n_ctx"),
+)
+
+
 def _check_cross_field(values: Mapping[str, Any], where: str) -> None:
-    if values["context.n_ubatch"] > values["context.n_batch"]:
-        raise ProfileError(
-            f"{where}: 'context.n_ubatch' ({values['context.n_ubatch']}) must not exceed "
-            f"'context.n_batch' ({values['context.n_batch']})",
-            key="context.n_ubatch",
-            file=where,
-            allowed="an integer <= context.n_batch",
-        )
-    if values["cache.exact_chunk"] > values["context.n_batch"]:
-        raise ProfileError(
-            f"{where}: 'cache.exact_chunk' ({values['cache.exact_chunk']}) must not exceed "
-            f"'context.n_batch' ({values['context.n_batch']})",
-            key="cache.exact_chunk",
-            file=where,
-            allowed="an integer <= context.n_batch",
-        )
-    if values["context.n_batch"] > values["context.n_ctx"]:
-        raise ProfileError(
-            f"{where}: 'context.n_batch' ({values['context.n_batch']}) must not exceed "
-            f"'context.n_ctx' ({values['context.n_ctx']})",
-            key="context.n_batch",
-            file=where,
-            allowed="an integer <= context.n_ctx",
-        )
+    for small, large in _NOT_ABOVE:
+        if values[small] > values[large]:
+            raise ProfileError(
+                f"{where}: '{small}' ({values[small]}) must not exceed '{large}' "
+                f"({values[large]})",
+                key=small,
+                file=where,
+                allowed=f"an integer <= {large}",
+            )
 
 
 def default_profile() -> Profile:
