@@ -98,9 +98,28 @@ export interface ExplainResult {
   capabilities?: Capabilities;
   branches?: Record<string, number>;
   promptFormat?: 'base' | 'gemma' | 'chatml' | 'llama3' | 'raw' | string;
+  /** `profile`, `template`, `family (...)`, `base: no template`, `base: template not usable (...)`. */
+  promptFormatSource?: string | null;
   completionMode?: 'prefix' | 'fim' | string;
+  /** Server only: what bounds the code the question finds. */
+  questionCodeBound?: QuestionCodeBound;
   segments: Segment[];
   dropped?: DroppedSegment[];
+}
+
+export interface QuestionCodeBound {
+  tokens: number | null;
+  questionCodeMs: number;
+  tokensPerS: number | null;
+  source: 'measured' | 'remembered' | 'none' | string;
+}
+
+/** How warm == cold is kept (llama backend; `engine/README.md`). */
+export interface ExactReuse {
+  kind: 'invariant' | 'chunked' | 'off' | string;
+  chunk: number;
+  minBatch: number;
+  description: string;
 }
 
 export interface AskMetrics {
@@ -210,6 +229,7 @@ export interface StatusResult {
   backend: string | null;
   profileId: string | null;
   capabilities?: Capabilities | null;
+  exactReuse?: ExactReuse | null;
   residentTokens: number;
   pendingPrefillTokens: number;
   targetTokens?: number | null;
