@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from contextasm.manifest import common_prefix_length
 from engine import CancelledError, load_profile, open_session
-from engine.llama.session import TAIL_PIECE, reusable_tokens
+from engine.llama import invariance
+from engine.llama.session import TAIL_PIECE, invariant_batches, reusable_tokens
 
 N_GEN = 16
 
@@ -265,3 +268,26 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     r = s.prefill(full)
     assert (r.reused_tokens, r.miss_reason) == (whole, None)
     assert _logits_and_tokens(s) == cold
+
+
+@given(pos=st.integers(0, 3000), n=st.integers(1, 3000), size=st.integers(16, 600),
+       min_batch=st.sampled_from([1, 8, 16]))
+def test_invariant_batches_cover_the_suffix_in_micro_batches_of_at_least_the_minimum(
+        pos: int, n: int, size: int, min_batch: int) -> None:
+    size = max(size, 2 * min_batch)
+    batches = invariant_batches(pos, pos + n, size, min_batch)
+    assert batches[0][0] == pos and batches[-1][1] == pos + n
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
+    for start, stop, kind in batches:
+        assert 0 < stop - start <= size
+        # Only a suffix shorter than the minimum is one smaller micro-batch (not reusable).
+        assert (kind == "chunks") == (stop - start >= min_batch)
+        assert kind == "chunks" or len(batches) == 1
+
+
+def test_the_probe_splits_put_tokens_in_micro_batches_of_the_candidate_size() -> None:
+    for k in invariance.CANDIDATES:
+        n = invariance.probe_length(k, 512)
+        for sizes in invariance.splits(k, n):
+            assert sum(sizes) == n and min(sizes) >= k
+            assert {k, k + 1, k + 3} & set(sizes)
