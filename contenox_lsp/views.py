@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from engine import Session
 
 
+#: The CLI's ``questionCodeBound``: its one-shot ask prefills everything after the restored
+#: stable prefix anyway, so the question's code is not bounded.
+CLI_QUESTION_CODE_BOUND: dict[str, Any] = {"tokens": None, "questionCodeMs": 0,
+                                           "tokensPerS": None, "source": "cli"}
+
+
 def explain_view(
     assembly: Assembly,
     session: Session,
@@ -27,14 +33,18 @@ def explain_view(
     snapshot_tokens: int = 0,
     include_text: bool = False,
     prefill_tokens_per_s: float | None = None,
+    question_code_bound: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What of ``assembly`` is cached, segment by segment.
+
+    ``question_code_bound``: what bounded the question's code (the server's; the CLI's
+    one-shot ask has no bound).
 
     ``resident``: the session's resident tokens; ``snapshot_tokens``: the prefix length of the
     best snapshot that could be restored instead (0: none)."""
     common, reason = assembly.reuse_against_resident(list(resident), session.resident_identity)
     # What the next prefill really reuses (whole reuse blocks only).
-    live = reusable_prefix(session, common, assembly.n_tokens)
+    live = reusable_prefix(session, common)
     reused = max(live, snapshot_tokens)
     cached_from = "snapshot" if snapshot_tokens > live else ("resident" if live else "none")
     ident = assembly.identity
@@ -85,6 +95,7 @@ def explain_view(
         # backend does not say
         "promptFormatSource": session.prompt_format_source,
         "completionMode": choose_mode(session.profile.completion_mode, session.fim_tokens),
+        "questionCodeBound": question_code_bound or CLI_QUESTION_CODE_BOUND,
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,

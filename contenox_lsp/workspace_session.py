@@ -132,7 +132,7 @@ class WorkspaceTurn:
         common, _ = asm.reuse_against_resident(
             self.session.resident_tokens, self.session.resident_identity
         )
-        live = reusable_prefix(self.session, common, asm.n_tokens)
+        live = reusable_prefix(self.session, common)
         snap = self._best_snapshot(asm) if self.session.capabilities.get("snapshots") else None
         if snap is not None and snap.key.n_tokens > live:
             return snap.key.n_tokens, "snapshot"

@@ -92,16 +92,13 @@ class Session(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def reusable_prefix(session: Session, common: int, prompt_len: int | None = None) -> int:
-    """Of ``common`` leading tokens equal to the resident ones, how many the next prefill of
-    a ``prompt_len``-token prompt really reuses on this session (rounded down to its reuse
-    granularity; the invariant exact-reuse schedule leaves its minimum micro-batch)."""
+def reusable_prefix(session: Session, common: int) -> int:
+    """Of ``common`` leading tokens equal to the resident ones, how many the next prefill
+    reuses on this session (rounded down to its reuse granularity). The end of a prompt may be
+    recomputed besides: the last token always, and under the invariant exact-reuse schedule
+    its last ``minBatch`` tokens (``Session.exact_reuse``)."""
     g = max(1, session.reuse_granularity)
-    n = min(common, session.reusable_resident)
-    min_batch = int((session.exact_reuse or {}).get("minBatch", 1))
-    if prompt_len is not None and min_batch > 1:
-        n = min(n, max(0, prompt_len - min_batch))
-    return n // g * g
+    return min(common, session.reusable_resident) // g * g
 
 
 def open_session(profile: Profile | None = None) -> Session:

@@ -290,10 +290,14 @@ def test_cancelled_prefill_rolls_back_to_committed_chunk(s: Any, text: str) -> N
     with pytest.raises(CancelledError) as err:
         s.prefill(toks)
     assert err.value.data["status"] == 2
-    assert s.resident_tokens == toks[:n_batch]
+    # Rolled back to what the first decode call committed (n_batch tokens under the chunked
+    # schedule, one micro-batch under the invariant one).
+    committed = s.n_resident
+    assert 0 < committed <= n_batch and s.resident_tokens == toks[:committed]
+    assert committed == err.value.data["committed_tokens"]
     s._decode_fn = real
     r = s.prefill(toks)
-    assert r.reused_tokens == n_batch
+    assert r.reused_tokens == committed
     warm = s.generate(max_tokens=N_GEN).tokens
     assert warm == cold_tokens(s, toks)
 

@@ -88,6 +88,17 @@ def remote(server: llama_server.RunningServer) -> Iterator[LlamaServerSession]:
     session.close()
 
 
+@pytest.fixture(scope="module")
+def server_kernels() -> Iterator[Any]:
+    """The in-process engine computing as the test server does: repacked weights (llama.cpp's
+    default) in micro-batches of CHUNK from position 0 (the chunked schedule)."""
+    prof = load_profile(None).with_overrides(
+        {"context.n_ctx": N_CTX, "context.repack_weights": True,
+         "cache.exact_schedule": "chunked", "cache.exact_chunk": CHUNK}, source="test")
+    with open_session(prof) as session:
+        yield session
+
+
 def _prompt(session: Any, suffix: str) -> list[int]:
     body = (Path(sysconfig.get_paths()["stdlib"]) / "json" / "decoder.py").read_text(
         encoding="utf-8")[:1400]
@@ -105,7 +116,7 @@ def test_tokens_are_the_in_process_engines(remote: LlamaServerSession, llama_ses
 
 
 def test_warm_equals_cold_and_the_in_process_engine(remote: LlamaServerSession,
-                                                    llama_session: Any) -> None:
+                                                    server_kernels: Any) -> None:
     prompt = _prompt(remote, "\n# What does decode return?\n")
     other = _prompt(remote, "\n# Something else entirely, longer than the first.\n")
     remote.reset()
@@ -118,9 +129,9 @@ def test_warm_equals_cold_and_the_in_process_engine(remote: LlamaServerSession,
     assert warm_fill.reused_tokens > len(prompt) // 2  # the shared file text came from the slot
     warm = remote.generate(max_tokens=16)
     assert warm.tokens == cold.tokens
-    llama_session.reset()
-    llama_session.prefill(prompt)
-    local = llama_session.generate(max_tokens=16)
+    server_kernels.reset()
+    server_kernels.prefill(prompt)
+    local = server_kernels.generate(max_tokens=16)
     assert cold.tokens == local.tokens
 
 
@@ -394,7 +405,7 @@ def openai_session(server: llama_server.RunningServer) -> Iterator[Any]:
 
 
 def test_openai_backend_sends_ids_and_answers_as_the_in_process_engine(
-    openai_session: Any, llama_session: Any
+    openai_session: Any, server_kernels: Any
 ) -> None:
     assert openai_session.backend == "openai"
     text = "# nonce 7Q2\n" + (Path(sysconfig.get_paths()["stdlib"]) / "json" / "scanner.py"
@@ -402,13 +413,13 @@ def test_openai_backend_sends_ids_and_answers_as_the_in_process_engine(
     # No BOS: the prompt shares no first token with what the server's cache holds, so the
     # server computes it from position 0, in the same micro-batches as the cold engine.
     prompt = openai_session.tokenize(text, special=False)
-    assert prompt == llama_session.tokenize(text, special=False)
-    assert openai_session.bos_token_id == llama_session.bos_token_id
+    assert prompt == server_kernels.tokenize(text, special=False)
+    assert openai_session.bos_token_id == server_kernels.bos_token_id
     openai_session.prefill(prompt)
     remote = openai_session.generate(max_tokens=12)
-    llama_session.reset()
-    llama_session.prefill(prompt)
-    local = llama_session.generate(max_tokens=12)
+    server_kernels.reset()
+    server_kernels.prefill(prompt)
+    local = server_kernels.generate(max_tokens=12)
     assert remote.text == local.text and remote.decode_tokens >= 1
 
 

@@ -66,9 +66,8 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     turn = with_conversation(turn_for(ls, path, None, pos, question), rt, cid)
     session = await rt.session()
     assembly = await rt.assemble(turn)
-    doc = explain_view(assembly, session, rt.resident_tokens(), include_text=include_text)
-    doc["questionCodeBound"] = rt.question_code_bound()
-    return doc
+    return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text,
+                        question_code_bound=rt.question_code_bound())
 
 
 async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ measures it at load (``engine.llama.invariance``) and picks an ``ExactSchedule``
   borrows from the one before), so any two splits of a prompt compute every token alike.
   Reuse is token by token: a prefill keeps the common prefix of what was prefilled (never
   generated tokens, which were decoded one at a time) and recomputes at least ``min_batch``
-  tokens. Prefill runs in micro-batches of ``n_ubatch`` (512), at llama.cpp's full speed.
+  tokens. Prefill runs in micro-batches of ``n_ubatch`` (128), at llama.cpp's full speed.
 - **chunked** (``cache.exact_schedule = "chunked"``, or no size passed the measurement):
   round 2's schedule. Every prompt is decoded in micro-batches of ``cache.exact_chunk`` that
   start at its multiples, the last partial chunk in pieces of ``TAIL_PIECE`` then the rest;

@@ -101,7 +101,7 @@ export interface ExplainResult {
   /** `profile`, `template`, `family (...)`, `base: no template`, `base: template not usable (...)`. */
   promptFormatSource?: string | null;
   completionMode?: 'prefix' | 'fim' | string;
-  /** Server only: what bounds the code the question finds. */
+  /** What bounds the code the question finds (`source` "cli": not bounded). */
   questionCodeBound?: QuestionCodeBound;
   segments: Segment[];
   dropped?: DroppedSegment[];
@@ -111,7 +111,7 @@ export interface QuestionCodeBound {
   tokens: number | null;
   questionCodeMs: number;
   tokensPerS: number | null;
-  source: 'measured' | 'remembered' | 'none' | string;
+  source: 'measured' | 'remembered' | 'none' | 'cli' | string;
 }
 
 /** How warm == cold is kept (llama backend; `engine/README.md`). */
