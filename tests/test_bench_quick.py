@@ -245,9 +245,10 @@ def test_quick_report_on_the_openvino_backend(tmp_path: Path, ov_model_dir: Path
     assert r["profile"]["values"]["profile.backend"] == "openvino"
     failed = {n: s["status"] for n, s in r["sections"].items()
               if not str(s["status"]).startswith(("ok", "skipped"))}
-    # The drift section compares llama.cpp's reuse modes, the typing trace its completion
-    # branches: both say so on OpenVINO.
+    # The drift section compares llama.cpp's reuse modes, the schedule section its exact-reuse
+    # schedules, the typing trace its completion branches: each says so on OpenVINO.
     assert failed.pop("drift", "").startswith("not applicable: ")
+    assert failed.pop("schedule", "").startswith("not applicable: ")
     assert failed.pop("typing", "").startswith("not applicable: ")
     assert failed.pop("restart", "").startswith("not applicable: ")
     assert not failed, failed
