@@ -244,18 +244,19 @@ class LlamaSession(SessionBase):
             block_size=self._identity_block_size(profile),
         )
 
+    def _token_text(self, token: int) -> str | None:
+        """A token's text with special tokens spelled out (None for llama.cpp's "no token")."""
+        if token < 0:
+            return None
+        return self.token_piece(token, special=True).decode("utf-8", "replace")
+
     def _choose_format(self) -> FormatChoice:
         """The prompt format (``contextasm.templates``): from the model's chat template under
         ``prompt.format = "auto"``, rendered with its own BOS and EOS texts."""
         vocab = self._model.vocab
-
-        def text(token: int) -> str:
-            return self.token_piece(token, special=True).decode("utf-8", "replace") \
-                if token >= 0 else ""
-
         choice = choose_prompt_format(self.profile.prompt_format, self._model.chat_template,
-                                      text(llama_cpp.llama_vocab_bos(vocab)),
-                                      text(llama_cpp.llama_vocab_eos(vocab)))
+                                      self._token_text(llama_cpp.llama_vocab_bos(vocab)) or "",
+                                      self._token_text(llama_cpp.llama_vocab_eos(vocab)) or "")
         if choice.source.startswith(("family (", "base: template not usable")):
             log.warning("prompt format %s: %s", choice.name, choice.source)
         return choice
@@ -316,16 +317,18 @@ class LlamaSession(SessionBase):
         found, min_batch = invariance.load_probe(path, key)
         if not found:
             t0 = time.perf_counter()
-            min_batch = invariance.find_min_batch(self._probe_run, n_ubatch)
+            probe = self.tokenize(invariance.PROBE_TEXT, add_bos=True)
+            min_batch = invariance.find_min_batch(
+                lambda sizes: self._probe_run(probe, sizes), n_ubatch)
             log.info("batch-invariance probe: minimum micro-batch %s (%.0f ms)",
                      min_batch, _ms(t0))
             invariance.store_probe(path, key, min_batch)
         return min_batch
 
-    def _probe_run(self, sizes: Sequence[int]) -> bytes:
-        """One probe decode (``invariance.RunFn``) on the live sequence, which is empty at
-        load and emptied again after."""
-        base = self.tokenize(invariance.PROBE_TEXT, add_bos=True)
+    def _probe_run(self, base: Sequence[int], sizes: Sequence[int]) -> bytes:
+        """One probe decode (``invariance.RunFn``) of the prompt ``base`` repeats into, on the
+        live sequence, which is empty at load and emptied again after."""
+        base = list(base)
         n = sum(sizes)
         toks = (base * (n // len(base) + 1))[:n]
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
@@ -483,11 +486,6 @@ class LlamaSession(SessionBase):
             k_len * _KV_BYTES.get(str(self.profile.get("context.type_k")), 2.0)
             + v_len * _KV_BYTES.get(str(self.profile.get("context.type_v")), 2.0))
 
-        def text(token: int) -> str | None:
-            if token < 0:
-                return None
-            return self.token_piece(token, special=True).decode("utf-8", "replace")
-
         eog = sorted({t for t in (llama_cpp.llama_vocab_eos(vocab),
                                   llama_cpp.llama_vocab_eot(vocab))
                       if t >= 0 and llama_cpp.llama_vocab_is_eog(vocab, t)})
@@ -502,14 +500,15 @@ class LlamaSession(SessionBase):
             "promptFormat": self.prompt_format.name,
             "promptFormatSource": self.prompt_format.source,
             "chatTemplate": self._model.chat_template is not None,
-            "bos": {"token": text(self._model.bos_id if self._model.bos_id is not None else -1),
+            "bos": {"token": self._token_text(
+                        -1 if self._model.bos_id is None else self._model.bos_id),
                     "policy": self.profile.bos_policy},
-            "endOfGeneration": [text(t) for t in eog],
+            "endOfGeneration": [self._token_text(t) for t in eog],
             "fim": None if fim is None else {
-                "prefix": text(fim.prefix), "suffix": text(fim.suffix),
-                "middle": text(fim.middle),
-                "repo": None if fim.repo is None else text(fim.repo),
-                "sep": None if fim.sep is None else text(fim.sep)},
+                "prefix": self._token_text(fim.prefix), "suffix": self._token_text(fim.suffix),
+                "middle": self._token_text(fim.middle),
+                "repo": None if fim.repo is None else self._token_text(fim.repo),
+                "sep": None if fim.sep is None else self._token_text(fim.sep)},
             "kvBytesPerToken": round(per_cell),
             "kvBytesPerSequence": round(per_cell * self.n_ctx),
             "kvBytesAllSequences": round(per_cell * self.n_ctx * self._n_seq_max),
