@@ -6,10 +6,16 @@ it (the inline-completion layout) and whether the profile's settings fit the mod
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from contenox_lsp.completion.prompt import choose_mode
+from contenox_lsp.completion.prompt import choose_mode, completion_layout
+from contextasm import get_format
 from engine import Session
+
+#: Marker texts that are special tokens in the vocabularies that have them (``<|im_start|>``,
+#: ``<start_of_turn>``, ``[INST]`` is plain text and is not checked).
+_SPECIAL_LOOKING = re.compile(r"<[|｜]?[A-Za-z_▁/][A-Za-z0-9_▁|｜/]*[|｜]?>")
 
 
 def model_info(session: Session) -> dict[str, Any]:
@@ -19,9 +25,27 @@ def model_info(session: Session) -> dict[str, Any]:
     facts.setdefault("promptFormatSource", session.prompt_format_source)
     facts.setdefault("exactReuse", session.exact_reuse)
     facts["backend"] = session.backend
-    facts["completionMode"] = choose_mode(session.profile.completion_mode, session.fim_tokens)
-    facts["fits"] = _fits(facts)
+    mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
+    facts["completionMode"] = mode
+    facts["completionLayout"] = completion_layout(mode, session.fim_tokens)
+    facts["fits"] = _fits(facts) + _forced_settings(session)
     return facts
+
+
+def _forced_settings(session: Session) -> list[str]:
+    """What a profile forces that this vocabulary cannot give (the server falls back)."""
+    problems = []
+    profile = session.profile
+    if profile.completion_mode == "fim" and session.fim_tokens is None:
+        problems.append("completion.mode = \"fim\" but the vocabulary has no FIM tokens: "
+                        "completions use the prefix layout")
+    if profile.prompt_format != "auto":
+        fmt = get_format(session.identity.prompt_format)
+        for marker in sorted(set(_SPECIAL_LOOKING.findall(fmt.open + fmt.user_open + fmt.close))):
+            if len(session.tokenize(marker, special=True)) != 1:
+                problems.append(f"prompt.format = \"{fmt.name}\" uses {marker}, which is not a "
+                                "token of this vocabulary: the model sees it as plain text")
+    return problems
 
 
 def _fits(facts: dict[str, Any]) -> list[str]:
@@ -55,7 +79,7 @@ def render(doc: dict[str, Any]) -> str:
                     f"{doc.get('contextTrained', '?')} trained; sliding window "
                     f"{doc.get('slidingWindow') or 'none'}"),
         ("chat format", f"{doc.get('promptFormat')} ({doc.get('promptFormatSource')})"),
-        ("completion", f"{doc.get('completionMode')}" + (
+        ("completion", f"{doc.get('completionMode')} ({doc.get('completionLayout')} layout)" + (
             "" if not fim else " — FIM " + " ".join(
                 f"{k}={v}" for k, v in fim.items() if v is not None))),
         ("stops", ", ".join(str(t) for t in doc.get("endOfGeneration", [])) or "—"),

@@ -187,6 +187,11 @@ class Runtime:
     def relative(self, path: Path) -> str:
         return relative_to_roots(path, self.roots())
 
+    def repo_name(self) -> str:
+        """The first workspace folder's name (a FIM model's repository layout names it)."""
+        roots = self.roots()
+        return roots[0].name if roots else ""
+
     def inputs_changed(self) -> None:
         """Something outside the index changed (a save, a pin): re-assemble after the quiet."""
         self.idle.note_change()

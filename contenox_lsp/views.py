@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from contenox_lsp.completion.prompt import choose_mode
+from contenox_lsp.completion.prompt import choose_mode, completion_layout
 from engine.session import reusable_prefix
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def explain_view(
     reused = max(live, snapshot_tokens)
     cached_from = "snapshot" if snapshot_tokens > live else ("resident" if live else "none")
     ident = assembly.identity
+    completion_mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
     segments = []
     for seg in assembly.segments:
         extra = {"text": seg.text} if include_text else {}
@@ -94,7 +95,10 @@ def explain_view(
         # "family (...)", "base: no template", "base: template not usable (...)"; null: the
         # backend does not say
         "promptFormatSource": session.prompt_format_source,
-        "completionMode": choose_mode(session.profile.completion_mode, session.fim_tokens),
+        "completionMode": completion_mode,
+        # "repository": FIM prompts in the model's repository layout (repository name, each
+        # context file after a file separator, then the current file); else "plain"
+        "completionLayout": completion_layout(completion_mode, session.fim_tokens),
         "questionCodeBound": question_code_bound or CLI_QUESTION_CODE_BOUND,
         "segments": segments,
         "dropped": [

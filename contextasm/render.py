@@ -229,3 +229,36 @@ def user(
     if fmt.close:
         pieces.append((fmt.close, True))
     return tuple(pieces)
+
+
+# -- reading the repository-level segments back as files --------------------------------------
+# Completion prompts in a FIM model's repository layout need the repo map and the pins as
+# (path, content) pairs. They are read off the segments this module rendered (the assembly
+# the idle prefill keeps), so the completion shows exactly what the chat context holds.
+
+_REPO_MAP_HEAD = "# Repository map\n\n"
+_PIN_HEAD = re.compile(r"# Pinned: (?P<path>.+) lines \d+-\d+\n\n(?P<fence>`{3,})[^\n]*\n")
+
+
+def repo_map_files(text: str) -> list[tuple[str, str]]:
+    """``(path, signature lines)`` of each file the rendered repo map ``text`` shows with
+    definitions (one indentation level taken off); files listed without any are left out."""
+    body = text[len(_REPO_MAP_HEAD):] if text.startswith(_REPO_MAP_HEAD) else text
+    files: list[tuple[str, list[str]]] = []
+    for line in body.split("\n"):
+        if line.startswith("  ") and files:
+            files[-1][1].append(line[2:])
+        elif line.endswith(":") and not line.startswith(" "):
+            files.append((line[:-1], []))
+    return [(path, "\n".join(lines) + "\n") for path, lines in files if lines]
+
+
+def pin_file(text: str) -> tuple[str, str] | None:
+    """``(path, code)`` of a rendered pin (``pin``), or None when ``text`` is not one."""
+    m = _PIN_HEAD.match(text)
+    if m is None:
+        return None
+    end = text.find("\n" + m.group("fence") + "\n", m.end() - 1)
+    if end < 0:
+        return None
+    return m.group("path"), text[m.end():end + 1]

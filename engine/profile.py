@@ -30,7 +30,10 @@ PROMPT_FORMATS = (AUTO_FORMAT, *_ASSEMBLER_FORMATS)
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FLASH_ATTN = ("auto", "on", "off")
 ROPE_SCALING = ("unspecified", "none", "linear", "yarn", "longrope")
-BOS_POLICIES = _ASSEMBLER_BOS_POLICIES
+#: ``auto``: the vocabulary's own policy (llama.cpp's ``tokenizer.ggml.add_bos_token``: Gemma,
+#: Llama and Phi add BOS, Qwen and StarCoder do not), ``add`` where the backend cannot say.
+AUTO_BOS = "auto"
+BOS_POLICIES = (AUTO_BOS, *_ASSEMBLER_BOS_POLICIES)
 BACKENDS = ("llama", "openvino", "llama-server", "openai")
 REMOTE_BACKENDS = ("llama-server", "openai")
 COMPLETION_MODES = ("auto", "prefix", "fim")
@@ -245,7 +248,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "prompt format",
     ),
     FieldSpec(
-        "prompt", "bos", "add", _one_of(*BOS_POLICIES), " | ".join(BOS_POLICIES), "BOS policy"
+        "prompt", "bos", AUTO_BOS, _one_of(*BOS_POLICIES), " | ".join(BOS_POLICIES), "BOS policy"
     ),
     FieldSpec(
         "prompt",
@@ -573,6 +576,14 @@ class Profile:
         """Paths in a profile file are relative to that file's folder."""
         p = Path(os.path.expanduser(value))
         return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def resolve_bos(self, model_adds_bos: bool | None) -> Profile:
+        """This profile with ``prompt.bos = "auto"`` resolved for a model (``None``: the
+        backend cannot say, and ``add`` stands); every other value kept as it is."""
+        if self.bos_policy != AUTO_BOS:
+            return self
+        policy = "none" if model_adds_bos is False else "add"
+        return self.with_overrides({"prompt.bos": policy}, source="model")
 
     def with_overrides(self, overrides: Mapping[str, Any], source: str = "cli") -> Profile:
         """A copy with ``section.key`` values replaced, validated like file values."""

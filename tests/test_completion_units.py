@@ -217,7 +217,7 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     host = SimpleNamespace(
         worker=SimpleNamespace(session=s), idle=SimpleNamespace(assembly=None, target=chat),
         last_cursor=(path, 120), buffer_text=lambda p: SOURCE if p == path else None,
-        relative=lambda p: "m.py")
+        relative=lambda p: "m.py", repo_name=lambda: "ws")
     service = CompletionService(host)  # type: ignore[arg-type]
     assert service.warm_up() is None  # no completion client yet
     service.wanted = True
@@ -261,7 +261,7 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     host = SimpleNamespace(
         worker=SimpleNamespace(session=s, busy_with=None),
         idle=SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),
-        session=session, run_user_job=run_user_job)
+        session=session, run_user_job=run_user_job, repo_name=lambda: "ws")
     service = CompletionService(host)  # type: ignore[arg-type]
     ask = Job(fn=lambda *_: None, priority=Priority.USER, label="ask")
 

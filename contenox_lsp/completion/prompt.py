@@ -9,13 +9,20 @@ repository part stays warm and a keystroke only adds tokens at the end:
 - ``fim`` (models whose vocabulary has FIM tokens): ``<prefix>`` context + code before the
   cursor ``<suffix>`` code after the cursor ``<middle>``. The suffix follows the growing
   prefix, so it is prefilled again on each keystroke; it is kept short (``LINES_AFTER``).
+- ``fim`` in the **repository layout** (vocabularies with repository tokens too: Qwen2.5-Coder's
+  ``<|repo_name|>``/``<|file_sep|>``), the layout those models were trained on and
+  llama-server's ``/infill`` builds: ``<repo>`` name, then each file the context holds as
+  ``<sep>`` path + content (the repo map's definitions, the pins), then ``<sep>`` the current
+  path and the FIM prompt. The repository part still comes first and stays warm.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contenox_lsp.completion.window import CursorWindow
+from contextasm import render
 from contextasm.tokens import default_token_cache
 from engine import Session
 from engine.fim import FimTokens
@@ -30,6 +37,18 @@ class CompletionPrompt:
     context_tokens: int  # the repository-level part (what stays warm across files)
     healed: str = ""  # trailing blanks left out of the prompt (see ``heal_split``)
     code_end: int = 0  # tokens up to the end of the code before the cursor (the rest: FIM's)
+    layout: str = "plain"  # "repository": a FIM prompt in the model's repository layout
+
+
+@dataclass(frozen=True)
+class RepoContext:
+    """The repository-level part of a completion prompt, as the chat context holds it:
+    ``text`` (repo map and pins as rendered) and the same as files (``(path, content)``) for
+    the repository layout; ``name``: the workspace folder's name."""
+
+    text: str = ""
+    files: tuple[tuple[str, str], ...] = ()
+    name: str = ""
 
 
 def heal_split(line_prefix: str) -> str:
@@ -65,24 +84,72 @@ def file_header(path: str) -> str:
     return f"\n# ---- {path} ----\n"
 
 
-def build_prompt(session: Session, repo_context: str, path: str, win: CursorWindow,
+def repository_layout(fim: FimTokens | None) -> bool:
+    """Whether FIM prompts use the repository layout (the vocabulary has both tokens)."""
+    return fim is not None and fim.repo is not None and fim.sep is not None
+
+
+def completion_layout(mode: str, fim: FimTokens | None) -> str:
+    """``repository`` for FIM prompts in the model's repository layout, else ``plain``."""
+    return "repository" if mode == "fim" and repository_layout(fim) else "plain"
+
+
+def _repository_head(session: Session, fim: FimTokens, context: RepoContext,
+                     path: str) -> tuple[list[int], list[int]]:
+    """(the repository part, the current file's ``<sep>`` path line) of the layout."""
+    assert fim.repo is not None and fim.sep is not None
+    cache = default_token_cache()
+
+    def text(t: str) -> list[int]:
+        return list(cache.tokenize(session, t, special=False))
+
+    head = [fim.repo, *text((context.name or "workspace") + "\n")]
+    for file_path, content in context.files:
+        head += [fim.sep, *text(file_path + "\n"), *text(content)]
+    return head, [fim.sep, *text(path + "\n")]
+
+
+def build_prompt(session: Session, context: RepoContext | str, path: str, win: CursorWindow,
                  mode: str) -> CompletionPrompt:
-    """The tokens of a completion at ``win`` in ``path`` (workspace-relative)."""
+    """The tokens of a completion at ``win`` in ``path`` (workspace-relative); ``context``
+    as text alone has no files for the repository layout."""
+    if isinstance(context, str):
+        context = RepoContext(text=context)
     bos = [session.bos_token_id] if session.bos_token_id is not None \
         and session.profile.bos_policy == "add" else []
-    # Every keystroke repeats these two: looked up, not tokenized again (~3 ms a request
+    # Every keystroke repeats the context: looked up, not tokenized again (~3 ms a request
     # for a 1k-token context).
     cache = default_token_cache()
-    context = cache.tokenize(session, repo_context, special=False)
-    header = cache.tokenize(session, file_header(path), special=False)
     healed = heal_split(win.line_prefix)
     before_text = win.before[: len(win.before) - len(healed)]
     before = session.tokenize(before_text, add_bos=False, special=False)
     fim = session.fim_tokens
     if mode == "fim" and fim is not None:
         after = session.tokenize(win.after, add_bos=False, special=False)
-        head = [*bos, fim.prefix, *context, *header, *before]
+        if repository_layout(fim):
+            repo, current = _repository_head(session, fim, context, path)
+            head = [*bos, *repo, *current, fim.prefix, *before]
+            return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
+                                    len(bos) + len(repo), healed, len(head), "repository")
+        tokens = cache.tokenize(session, context.text, special=False)
+        header = cache.tokenize(session, file_header(path), special=False)
+        head = [*bos, fim.prefix, *tokens, *header, *before]
         return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
-                                len(bos) + 1 + len(context), healed, len(head))
-    tokens = [*bos, *context, *header, *before]
-    return CompletionPrompt(tokens, "prefix", len(bos) + len(context), healed, len(tokens))
+                                len(bos) + 1 + len(tokens), healed, len(head))
+    tokens = cache.tokenize(session, context.text, special=False)
+    header = cache.tokenize(session, file_header(path), special=False)
+    prompt = [*bos, *tokens, *header, *before]
+    return CompletionPrompt(prompt, "prefix", len(bos) + len(tokens), healed, len(prompt))
+
+
+def repo_files(segment_texts: Sequence[tuple[bool, str]]) -> tuple[tuple[str, str], ...]:
+    """``(path, content)`` of the repo map's and pins' segments (``(is_pin, text)`` each)."""
+    out: list[tuple[str, str]] = []
+    for is_pin, text in segment_texts:
+        if is_pin:
+            found = render.pin_file(text)
+            if found is not None:
+                out.append(found)
+        else:
+            out.extend(render.repo_map_files(text))
+    return tuple(out)

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.completion.postprocess import finish
-from contenox_lsp.completion.prompt import CompletionPrompt, build_prompt, choose_mode, heal
+from contenox_lsp.completion.prompt import (
+    CompletionPrompt,
+    RepoContext,
+    build_prompt,
+    choose_mode,
+    heal,
+    repo_files,
+)
 from contenox_lsp.completion.speculation import Speculation
 from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
@@ -46,6 +53,7 @@ class CompletionHost(Protocol):
 
     def buffer_text(self, path: Path) -> str | None: ...
     def relative(self, path: Path) -> str: ...
+    def repo_name(self) -> str: ...
 
     async def session(self) -> Session: ...
     async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
@@ -89,6 +97,7 @@ class CompletionStats:
     lastContextTokens: int | None = None
     lastDecodeTokens: int | None = None
     mode: str | None = None
+    layout: str | None = None  # "plain" or "repository" (FIM in the model's repository layout)
     speculated: int = 0
     speculationHits: int = 0
 
@@ -111,11 +120,14 @@ class Outcome:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def repo_context(assembly: Assembly | None) -> str:
-    """The repository-level part of the last idle assembly (repo map, pins), as text."""
+def repo_context(assembly: Assembly | None, name: str = "") -> RepoContext:
+    """The repository-level part of the last idle assembly (repo map, pins), as text and as
+    files (``name``: the repository's, for the repository layout)."""
     if assembly is None:
-        return ""
-    return "".join(s.text for s in assembly.segments if s.kind in CONTEXT_KINDS)
+        return RepoContext(name=name)
+    parts = [s for s in assembly.segments if s.kind in CONTEXT_KINDS]
+    files = repo_files([(s.kind is SegmentKind.PINNED, s.text) for s in parts])
+    return RepoContext("".join(s.text for s in parts), files, name)
 
 
 class CompletionService:
@@ -124,7 +136,7 @@ class CompletionService:
         self._ids = itertools.count(1)
         self.last: Shown | None = None
         self.stats = CompletionStats()
-        self._context: str | None = None
+        self._context: RepoContext | None = None
         self._last_run = 0.0  # a request's or a speculation's (the sticky context's clock)
         self.wanted = False
         """Whether the editor uses inline completion (it said so at initialize, or asked for
@@ -134,8 +146,8 @@ class CompletionService:
         self._last_request_at: float | None = None  # requests only: ``typing``
         self.speculation: Speculation[ModelRun | None] = Speculation()
 
-    def _repo_context(self, now: float) -> str:
-        fresh = repo_context(self._rt.idle.assembly)
+    def _repo_context(self, now: float) -> RepoContext:
+        fresh = repo_context(self._rt.idle.assembly, self._rt.repo_name())
         if self._context is None or now - self._last_run > STICKY_CONTEXT_S:
             self._context = fresh
         self._last_run = now
@@ -260,10 +272,11 @@ class CompletionService:
         st.lastContextTokens = prompt.context_tokens
         st.lastDecodeTokens = run.decode_tokens
         st.mode = prompt.mode
+        st.layout = prompt.layout
         metrics = {"latencyMs": st.lastLatencyMs, "newTokens": stats.new_tokens,
                    "reusedTokens": stats.reused_tokens, "promptTokens": len(prompt.tokens),
                    "contextTokens": prompt.context_tokens, "decodeTokens": run.decode_tokens,
-                   "mode": prompt.mode}
+                   "mode": prompt.mode, "layout": prompt.layout}
         if text is None:
             return Outcome(None, None, metrics=metrics)
         shown = Shown(next(self._ids), uri, win.line, win.line_prefix, text)
@@ -301,7 +314,7 @@ class CompletionService:
         if text is None:
             return None
         rel = rt.relative(path)
-        context = repo_context(rt.idle.assembly)
+        context = repo_context(rt.idle.assembly, rt.repo_name())
         win = cursor_window(text, line, 0)
         mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
         key = hash((rel, win.before, context, mode))

@@ -83,6 +83,7 @@ class LoadedModel:
     chat_template_digest: str
     description: str
     fim: FimTokens | None = None
+    adds_bos: bool = True  # the vocabulary's own BOS policy (tokenizer.ggml.add_bos_token)
 
     def close(self) -> None:
         if self.model is not None:
@@ -226,6 +227,7 @@ def load_model(profile: Profile) -> LoadedModel:
         n_ctx_train=llama_cpp.llama_model_n_ctx_train(model),
         n_swa=llama_cpp.llama_model_n_swa(model),
         bos_id=bos if bos >= 0 else None,
+        adds_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
         model_digest=facts["model_digest"],
         tokenizer_digest=facts["tokenizer_digest"],
         chat_template=template,

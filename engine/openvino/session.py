@@ -166,6 +166,7 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
 
     def __init__(self, profile: Profile, model_dir: Path) -> None:
         super().__init__()
+        profile = profile.resolve_bos(None)  # the policy "add" stands for when unknown
         self.profile = profile
         self._genai = _import_genai()
         self._model_dir = model_dir

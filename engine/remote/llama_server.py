@@ -139,6 +139,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
 
     def __init__(self, profile: Profile) -> None:
         super().__init__()
+        profile = profile.resolve_bos(None)  # the policy "add" stands for when unknown
         self.profile = profile
         get = profile.get
         self._slot = int(get("remote.slot"))

@@ -101,6 +101,7 @@ export interface ExplainResult {
   /** `profile`, `template`, `family (...)`, `base: no template`, `base: template not usable (...)`. */
   promptFormatSource?: string | null;
   completionMode?: 'prefix' | 'fim' | string;
+  completionLayout?: 'plain' | 'repository' | string;
   /** What bounds the code the question finds (`source` "cli": not bounded). */
   questionCodeBound?: QuestionCodeBound;
   segments: Segment[];
@@ -259,6 +260,8 @@ export interface CompletionStatus {
   lastContextTokens: number | null;
   lastDecodeTokens: number | null;
   mode: string | null;
+  /** `repository`: FIM in the model's repository layout; `plain` otherwise. */
+  layout?: 'plain' | 'repository' | string | null;
   fim: boolean;
   residentBranches: Record<string, number>;
 }
