@@ -19,6 +19,7 @@ from contenox_lsp.handlers import (
     contenox,
     documents,
     lifecycle,
+    next_edit,
     workspace,
 )
 from contenox_lsp.options import ServerOptions
@@ -50,6 +51,11 @@ def build_server(options: ServerOptions | None = None) -> ContenoxServer:
     server.feature(completion.INLINE_COMPLETION,
                    types.InlineCompletionOptions())(completion.inline_completion)
     server.command(completion.CMD_ACCEPT)(completion.accept_completion)
+    for method in (next_edit.NEXT_EDIT, next_edit.COPILOT_INLINE_EDIT):
+        server.feature(method)(next_edit.next_edit)
+    server.feature(next_edit.DID_SHOW_INLINE_EDIT)(next_edit.did_show_inline_edit)
+    server.command(next_edit.CMD_ACCEPT)(next_edit.accept_next_edit)
+    server.command(next_edit.CMD_REJECT)(next_edit.reject_next_edit)
     return server
 
 

@@ -49,6 +49,11 @@ logger = logging.getLogger(__name__)
 #: LSP type would drop.
 RAW_PARAMS = frozenset({types.TEXT_DOCUMENT_INLINE_COMPLETION})
 
+#: ``capabilities.experimental`` of the ``initialize`` result: next-edit suggestions and the
+#: method names that serve them (PROTOCOL.md, "Next-edit suggestions").
+EXPERIMENTAL_CAPABILITIES: dict[str, object] = {
+    "contenoxNextEdit": {"methods": ["contenox/nextEdit", "textDocument/copilotInlineEdit"]}}
+
 
 @attrs.define
 class _UnparsableMessage:
@@ -183,6 +188,7 @@ class ContenoxProtocol(LanguageServerProtocol):
             params.capabilities.general = types.GeneralClientCapabilities()
         params.capabilities.general.position_encodings = [types.PositionEncodingKind(chosen)]
         result = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = dict(EXPERIMENTAL_CAPABILITIES)
         return result
 
     # -- the message stream (contenox_lsp.transport feeds it) --------------------------------

@@ -27,6 +27,7 @@ from contenox_lsp.conversations import Conversations, prompt_outputs
 from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
+from contenox_lsp.next_edit.service import NextEditService
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
@@ -104,8 +105,9 @@ class Runtime:
                                 debounce_ms=options.debounce_ms,
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
+        self.next_edit = NextEditService(self)
         self.idle.after_warm = self.completion.warm_up
-        self.worker.before_job = self.completion.park_live
+        self.worker.before_job = self._park_live
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
         self.last_cursor: tuple[Path, int] | None = None
@@ -113,6 +115,12 @@ class Runtime:
         incremental edit, or the last ask's position. The idle prefill warms the cursor
         context there, so an ask at that line prefills only its question."""
         self.start_task: asyncio.Future[None] | None = None
+
+    def _park_live(self, session: Session, job: Job) -> None:
+        """Before a job, the live sequence's owner (a completion or a next edit, whichever
+        ran last) parks it as its branch, unless the job is its own kind."""
+        self.completion.park_live(session, job)
+        self.next_edit.park_live(session, job)
 
     async def start(self) -> None:
         self.worker.start()  # the model loads on the engine thread while we index

@@ -237,7 +237,7 @@ class CompletionService:
             # Tokenized here, on the engine thread: the context thread may be busy
             # re-assembling the chat context after the same keystroke.
             prompt = build_prompt(s, context, rel, win, mode)
-            _park_chat(s, chat_target)
+            park_chat(s, chat_target)
             # The live sequence is this completion's from here on (even if it is cancelled
             # half-way). It is parked only when another job takes it over (``park_live``):
             # a branch save copies the whole KV stream, 40-50 ms a keystroke on 2 cores.
@@ -324,7 +324,7 @@ class CompletionService:
 
         def job(s: Session, j: Job) -> None:
             prompt = build_prompt(s, context, rel, win, mode)
-            _park_chat(s, chat_target)
+            park_chat(s, chat_target)
             chunked_prefill(s, prompt.tokens[: prompt.code_end], j, lambda _pos: None,
                             step=BACKGROUND_STEP)
             s.branch_save(COMPLETION_BRANCH)
@@ -353,7 +353,7 @@ class CompletionService:
         return out
 
 
-def _park_chat(session: Session, chat_target: list[int] | None) -> None:
+def park_chat(session: Session, chat_target: list[int] | None) -> None:
     """Keep the chat prefix resident as a branch before the completion replaces the live
     sequence (only when the live sequence is the chat prefix)."""
     if not chat_target or not session.capabilities.get("branches", False):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,22 @@ CMD_ACCEPT = "contenox.acceptCompletion"
 EMPTY: dict[str, Any] = {"items": []}
 
 
-async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    p = P.as_object(params, INLINE_COMPLETION, allow_none=False)
+@dataclass(frozen=True)
+class DocumentRequest:
+    """A checked ``{textDocument: {uri, version?}, position, context?}`` request: the open
+    document and whether the client's ``version`` is the server's (else: an empty answer)."""
+
+    uri: str
+    path: Path
+    doc: Any  # pygls TextDocument
+    pos: types.Position
+    current: bool
+
+
+def document_request(ls: ContenoxServer, params: Any, method: str) -> DocumentRequest:
+    """Checks the params of a request at a position of an open document (inline completion,
+    next edit): InvalidParams for an unknown or outside document or a position outside it."""
+    p = P.as_object(params, method, allow_none=False)
     uri = P.text_document_uri(p, "params", required=True)
     assert uri is not None
     version = P.opt_int(p["textDocument"], "version", "params.textDocument", -(2**31),
@@ -55,7 +69,15 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if pos.character > units:
         raise P.invalid(f"params.position.character {pos.character} is past the end of line "
                         f"{pos.line}")
-    if version is not None and version != doc.version:
+    return DocumentRequest(uri, path, doc, pos, version is None or version == doc.version)
+
+
+async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    req = document_request(ls, params, INLINE_COMPLETION)
+    uri, path, doc, pos = req.uri, req.path, req.doc, req.pos
+    lines = doc.lines
+    if not req.current:
         return EMPTY  # the document changed since the client asked: no completion for old text
     rt = ls.runtime
     if rt is None or rt.worker.session is None:
@@ -142,12 +164,12 @@ def _window(ls: ContenoxServer, source: str, lines: Sequence[str], line: int,
             character: int) -> tuple[CursorWindow, str | None]:
     """The completion window at ``line``/``character`` (client units) and the line above."""
     line_text = lines[line].rstrip("\r\n") if line < len(lines) else ""
-    win = cursor_window(source, line, _column(ls, line_text, character))
+    win = cursor_window(source, line, column(ls, line_text, character))
     previous_line = lines[line - 1].rstrip("\r\n") if line > 0 else None
     return win, previous_line
 
 
-def _column(ls: ContenoxServer, line_text: str, character: int) -> int:
+def column(ls: ContenoxServer, line_text: str, character: int) -> int:
     """The client's ``character`` (in the negotiated encoding's units) as a str index."""
     codec = ls.workspace.position_codec
     pos = codec.position_from_client_units([line_text], types.Position(line=0,

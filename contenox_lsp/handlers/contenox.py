@@ -217,6 +217,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         "prefillOnIdle": rt.options.prefill_on_idle,
         "debounceMs": rt.options.debounce_ms,
         "completion": rt.completion.view(session),
+        "nextEdit": rt.next_edit.view(),
         "snapshots": rt.snapshots.view(),
         "error": None if err is None else str(err),
         "index": {

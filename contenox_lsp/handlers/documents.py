@@ -18,6 +18,7 @@ def did_open(ls: ContenoxServer, params: types.DidOpenTextDocumentParams) -> Non
         return
     ls.runtime.buffer_changed(path, params.text_document.text, None,
                               encoding_name(ls.workspace))
+    ls.runtime.next_edit.history.opened(ls.runtime.relative(path), params.text_document.text)
 
 
 def did_change(ls: ContenoxServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -28,6 +29,7 @@ def did_change(ls: ContenoxServer, params: types.DidChangeTextDocumentParams) ->
     edits = [change_to_edit(c) for c in params.content_changes]
     clean = None if any(e is None for e in edits) else [e for e in edits if e is not None]
     ls.runtime.buffer_changed(path, doc.source, clean, encoding_name(ls.workspace))
+    ls.runtime.next_edit.history.changed(ls.runtime.relative(path), doc.source)
     speculate_after_edit(ls, path, params)
 
 

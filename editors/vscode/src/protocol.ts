@@ -13,6 +13,7 @@ export const Methods = {
   snapshot: 'contenox/snapshot',
   document: 'contenox/document',
   conversation: 'contenox/conversation',
+  nextEdit: 'contenox/nextEdit',
 } as const;
 
 /** Commands the server executes (workspace/executeCommand). The language client registers
@@ -24,6 +25,8 @@ export const SERVER_COMMANDS = [
   'contenox.pin',
   'contenox.unpin',
   'contenox.acceptCompletion',
+  'contenox.acceptNextEdit',
+  'contenox.rejectNextEdit',
 ] as const;
 
 /** JSON-RPC RequestCancelled. */

@@ -1,0 +1,60 @@
+"""A model's rewrite of a region → one minimal replacement, or nothing worth showing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contenox_lsp.next_edit.layout import CURSOR
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Replace ``start``..``end`` (``(line, column)``, str indices) with ``text``."""
+
+    start: tuple[int, int]
+    end: tuple[int, int]
+    text: str
+
+
+def rewritten_region(raw: str, end_texts: tuple[str, ...], n_lines: int) -> str | None:
+    """The region text a model wrote (``raw``), cut at the first end text; None when it did
+    not finish the region (no end text and fewer lines than the region)."""
+    cut = min((i for i in (raw.find(t) for t in end_texts) if i >= 0), default=-1)
+    if cut < 0 and raw.count("\n") < n_lines:
+        return None
+    text = raw if cut < 0 else raw[:cut]
+    return text.replace(CURSOR, "").rstrip("\n")
+
+
+def minimal_replacement(start_line: int, lines: tuple[str, ...], new: str) -> Replacement | None:
+    """The smallest replacement that turns the region (``lines`` from ``start_line``) into
+    ``new``; None when nothing changes or only whitespace does."""
+    old = "\n".join(lines)
+    if old == new:
+        return None
+    p = 0
+    while p < min(len(old), len(new)) and old[p] == new[p]:
+        p += 1
+    q = 0
+    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
+        q += 1
+    removed, inserted = old[p:len(old) - q], new[p:len(new) - q]
+    if not removed.strip() and not inserted.strip():
+        return None  # whitespace only
+    return Replacement(_position(old, p, start_line), _position(old, len(old) - q, start_line),
+                       inserted)
+
+
+def apply(text: str, rep: Replacement) -> str:
+    """``text`` with ``rep`` applied (positions in str indices)."""
+    lines = text.split("\n")
+
+    def offset(pos: tuple[int, int]) -> int:
+        return sum(len(line) + 1 for line in lines[:pos[0]]) + pos[1]
+
+    return text[:offset(rep.start)] + rep.text + text[offset(rep.end):]
+
+
+def _position(text: str, index: int, start_line: int) -> tuple[int, int]:
+    before = text[:index]
+    return start_line + before.count("\n"), index - (before.rfind("\n") + 1)

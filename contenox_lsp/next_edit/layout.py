@@ -1,0 +1,122 @@
+"""Prompt layouts of next-edit models, stable material first.
+
+Every layout puts what changes least first — related files, the file window (the file as it
+was when the window was taken: later changes are in the history) — then the edit history
+(append-only: a new step adds text at its end), then the region being edited, which the model
+rewrites. An edit therefore re-prefills only its history step and the region.
+
+- ``sweep``: Sweep Next-Edit's published layout (model card of sweepai/sweep-next-edit-v2-7B,
+  https://huggingface.co/sweepai/sweep-next-edit-v2-7B, "Prompt format"): ``<|file_sep|>``
+  sections — the file, retrieval chunks, recent changes as ``original:``/``updated:`` pairs,
+  then ``original/PATH:START:END`` (the region before the last edit), ``current/PATH:START:END``
+  (the region with the ``<|cursor|>`` marker) and ``updated/PATH:START:END``, which the model
+  completes; it ends the region with ``<|file_sep|>`` or end of text.
+- ``base``: for base models without a next-edit format (the embedded Gemma 3 270M): a document
+  of "before / after" a base model continues. It shows the machinery, not the quality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contenox_lsp.next_edit.history import Step
+
+FORMATS = ("sweep", "base")
+CURSOR = "<|cursor|>"
+FILE_SEP = "<|file_sep|>"
+#: ``base``: the rewrite ends where the document goes on with its next section.
+BASE_END = "\n\n# "
+
+Pieces = list[tuple[str, bool]]  # (text, special): special pieces are marker tokens
+
+
+@dataclass(frozen=True)
+class Region:
+    """The lines the model rewrites: ``lines`` of ``path`` from line ``start`` (0-based), the
+    cursor at ``cursor`` (line within the region, column), and the same span before the last
+    edit (``original``)."""
+
+    path: str
+    start: int
+    lines: tuple[str, ...]
+    cursor: tuple[int, int]
+    original: tuple[str, ...]
+
+    @property
+    def span(self) -> str:
+        return f"{self.start + 1}:{self.start + len(self.lines)}"
+
+    def with_cursor(self) -> str:
+        line, col = self.cursor
+        out = list(self.lines)
+        out[line] = out[line][:col] + CURSOR + out[line][col:]
+        return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A rendered prompt: the stable part (files, window), the history, the region part."""
+
+    stable: Pieces
+    history: Pieces
+    region: Pieces
+    end_texts: tuple[str, ...]  # texts that end the rewrite (besides end-of-generation)
+
+    @property
+    def pieces(self) -> Pieces:
+        return [*self.stable, *self.history, *self.region]
+
+
+def choose_format(model_name: str, has_file_sep: bool) -> tuple[str, str]:
+    """(format, why): ``sweep`` for Sweep's next-edit models (its name in the GGUF metadata and
+    the ``<|file_sep|>`` token in the vocabulary), else ``base``."""
+    name = model_name.lower()
+    if "sweep" in name and ("next-edit" in name or "next_edit" in name or "nes" in name):
+        if has_file_sep:
+            return "sweep", "model name"
+        return "base", "base: a Sweep model name without <|file_sep|> in its vocabulary"
+    return "base", "base: not a next-edit model"
+
+
+def render(fmt: str, files: Sequence[tuple[str, str]], window: tuple[str, str],
+           steps: Sequence[Step], region: Region) -> Layout:
+    if fmt == "sweep":
+        return _sweep(files, window, steps, region)
+    return _base(files, window, steps, region)
+
+
+def _sweep(files: Sequence[tuple[str, str]], window: tuple[str, str], steps: Sequence[Step],
+           region: Region) -> Layout:
+    def section(head: str, body: str) -> Pieces:
+        return [(FILE_SEP, True), (f"{head}\n{body}", False)]
+
+    stable: Pieces = []
+    for path, content in files:
+        stable += section(path, content)
+    stable += section(window[0], window[1].rstrip("\n") + "\n")
+    history: Pieces = []
+    for step in steps:
+        history += section(f"{step.path}.diff", "original:\n" + _lines(step.before)
+                           + "updated:\n" + _lines(step.after))
+    where = f"{region.path}:{region.span}"
+    tail = (section(f"original/{where}", _lines(region.original))
+            + section(f"current/{where}", region.with_cursor() + "\n")
+            + [(FILE_SEP, True), (f"updated/{where}\n", False)])
+    return Layout(stable, history, tail, (FILE_SEP,))
+
+
+def _base(files: Sequence[tuple[str, str]], window: tuple[str, str], steps: Sequence[Step],
+          region: Region) -> Layout:
+    stable: Pieces = [("".join(f"# File: {p}\n{c}\n" for p, c in files)
+                       + f"# File: {window[0]}\n{window[1].rstrip()}\n\n", False)]
+    history: Pieces = [("# Recent edits (unified diffs, oldest first)\n", False)] if steps else []
+    history += [(step.unified(), False) for step in steps]
+    body = "\n".join(region.lines)
+    tail: Pieces = [(f"\n# The code at the cursor in {region.path}, lines {region.span}, before "
+                     f"the next edit:\n{body}\n\n# The same lines after the next edit:\n", False)]
+    return Layout(stable, history, tail, (BASE_END,))
+
+
+def _lines(lines: Sequence[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)

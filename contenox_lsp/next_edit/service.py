@@ -1,0 +1,212 @@
+"""Next-edit suggestions on the warm session.
+
+A request renders the model's next-edit layout (``layout``) from the repository context the
+completion prompt uses, a window of the file frozen when it was taken, the edit history and the
+region around the cursor; prefills it on the live sequence (reusing the longest cached prefix
+of the live sequence or a parked branch); decodes the rewritten region; and turns it into one
+minimal replacement (``edit``). Like a completion it runs at user priority, never waits behind
+an ask, and keeps its prefix resident as the ``next_edit`` branch once another job takes the
+live sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from contenox_lsp.completion.service import CompletionHost, park_chat, repo_context
+from contenox_lsp.jobs import chunked_prefill
+from contenox_lsp.next_edit import layout as L
+from contenox_lsp.next_edit.edit import Replacement, apply, minimal_replacement, rewritten_region
+from contenox_lsp.next_edit.history import EditHistory
+from contenox_lsp.worker import Job, Priority
+from contextasm.tokens import default_token_cache
+from engine import Session
+
+JOB_LABEL = "next_edit"
+BRANCH = "next_edit"
+REGION_ABOVE, REGION_BELOW = 3, 6  # lines of the region around the cursor
+WINDOW_LINES = 60  # lines of the file window each side of the cursor
+MAX_EXTRA_TOKENS = 48  # decode budget beyond the region's own tokens
+TIMEOUT_S = 20.0
+
+
+@dataclass
+class NextEditStats:
+    requests: int = 0
+    shown: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    reversals: int = 0
+    skippedBusy: int = 0
+    displayed: int = 0  # textDocument/didShowInlineEdit notifications
+    lastLatencyMs: float | None = None
+    lastNewTokens: int | None = None
+    lastReusedTokens: int | None = None
+    lastPromptTokens: int | None = None
+    lastDecodeTokens: int | None = None
+    format: str | None = None
+    formatSource: str | None = None
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    id: int
+    path: str
+    replacement: Replacement
+
+
+@dataclass
+class _Window:
+    """The stable part of the prompt, taken once and kept while the cursor stays inside it:
+    the file's lines around the cursor and the repository files, as they were then (later
+    changes are in the history; the repo map changes as the file being edited does)."""
+
+    text: str
+    start: int
+    end: int
+    dropped: int  # history.dropped then: a window older than the history is taken again
+    files: tuple[tuple[str, str], ...]
+
+
+class NextEditService:
+    def __init__(self, rt: CompletionHost) -> None:
+        self._rt = rt
+        self.history = EditHistory()
+        self.stats = NextEditStats()
+        self._ids = itertools.count(1)
+        self._windows: dict[str, _Window] = {}
+        self.shown: Suggestion | None = None
+        self._live_unparked = False
+        self.task: asyncio.Task[Any] | None = None  # the request in flight (cancel-previous)
+        self.superseded: asyncio.Task[Any] | None = None
+
+    def format_for(self, session: Session) -> tuple[str, str]:
+        facts = getattr(session, "model_facts", None)
+        name = str((facts() if callable(facts) else {}).get("name") or session.model_description)
+        fim = session.fim_tokens
+        return L.choose_format(name, fim is not None and fim.sep is not None)
+
+    def _window(self, path: str, text: str, line: int) -> _Window:
+        win = self._windows.get(path)
+        if win is None or not win.start <= line < win.end or win.dropped != self.history.dropped:
+            lines = text.split("\n")
+            start = max(0, line - WINDOW_LINES)
+            end = min(len(lines), line + WINDOW_LINES + 1)
+            files = repo_context(self._rt.idle.assembly, self._rt.repo_name()).files
+            win = _Window("\n".join(lines[start:end]), start, end, self.history.dropped, files)
+            self._windows[path] = win
+        return win
+
+    def _region(self, path: str, text: str, line: int, column: int) -> L.Region:
+        lines = text.split("\n")
+        start = max(0, line - REGION_ABOVE)
+        end = min(len(lines), line + REGION_BELOW + 1)
+        before = self.history.last_before(path)
+        original = tuple(lines[start:end])
+        if before is not None:  # the same span before the last step (its lines shift by delta)
+            old = before.split("\n")
+            delta = len(old) - len(lines)
+            original = tuple(old[start:max(start, end + delta)])
+        return L.Region(path, start, tuple(lines[start:end]), (line - start, column), original)
+
+    async def suggest(self, rel: str, text: str, line: int, column: int) -> Suggestion | None:
+        """The next edit for the document ``rel`` (its current ``text``) with the cursor at
+        ``line``/``column`` (str indices); None when there is nothing worth showing."""
+        t0 = time.perf_counter()
+        rt = self._rt
+        self.stats.requests += 1
+        busy = rt.worker.busy_with
+        if busy is not None and busy.priority == Priority.USER and busy.label not in (
+                JOB_LABEL, "completion"):
+            self.stats.skippedBusy += 1
+            return None  # never wait behind an ask
+        session = await rt.session()
+        fmt, source = self.format_for(session)
+        self.stats.format, self.stats.formatSource = fmt, source
+        win = self._window(rel, text, line)
+        region = self._region(rel, text, line, column)
+        prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(), region)
+        chat_target = rt.idle.target
+
+        def job(s: Session, j: Job) -> tuple[str, int, int, int, int]:
+            cache = default_token_cache()
+            tokens = [t for piece, special in prompt.pieces
+                      for t in cache.tokenize(s, piece, special=special)]
+            region_tokens = len(s.tokenize("\n".join(region.lines), special=False))
+            park_chat(s, chat_target)
+            self._live_unparked = True
+            stats = chunked_prefill(s, tokens, j, lambda _pos: None)
+            raw, n = _decode(s, region_tokens + MAX_EXTRA_TOKENS, prompt.end_texts,
+                             t0 + TIMEOUT_S)
+            return raw, n, stats.new_tokens, stats.reused_tokens, len(tokens)
+
+        raw, n, new, reused, total = await rt.run_user_job(job, JOB_LABEL)
+        st = self.stats
+        st.lastLatencyMs = round((time.perf_counter() - t0) * 1000.0, 3)
+        st.lastDecodeTokens, st.lastNewTokens, st.lastReusedTokens = n, new, reused
+        st.lastPromptTokens = total
+        written = rewritten_region(raw, prompt.end_texts, len(region.lines))
+        if written is None:
+            return None
+        rep = minimal_replacement(region.start, region.lines, written)
+        if rep is None:
+            return None
+        undone = self.history.last_before(rel)
+        if undone is not None and apply(text, rep) == undone:
+            st.reversals += 1  # it would undo the user's last step
+            return None
+        self.shown = Suggestion(next(self._ids), rel, rep)
+        st.shown += 1
+        return self.shown
+
+    def decided(self, suggestion_id: int, accepted: bool) -> bool:
+        """The user accepted or rejected the suggestion ``suggestion_id``."""
+        shown = self.shown
+        if shown is None or shown.id != suggestion_id:
+            return False
+        if accepted:
+            self.stats.accepted += 1
+            text = self.history.text(shown.path)
+            if text is not None:  # the change the editor sends next is this suggestion
+                self.history.expect_accept(shown.path, apply(text, shown.replacement))
+        else:
+            self.stats.rejected += 1
+        self.shown = None
+        return True
+
+    def park_live(self, session: Session, job: Job) -> None:
+        """The worker's ``before_job`` hook: keep this prefix resident as the ``next_edit``
+        branch when another job takes the live sequence (see ``CompletionService.park_live``)."""
+        if job.label == JOB_LABEL or not self._live_unparked:
+            return
+        self._live_unparked = False
+        if session.capabilities.get("branches", False) and session.n_resident > 0:
+            session.branch_save(BRANCH)
+
+    def view(self) -> dict[str, Any]:
+        out: dict[str, Any] = asdict(self.stats)
+        out["historySteps"] = len(self.history.steps())
+        out["historyDropped"] = self.history.dropped
+        out["burstsLeftOut"] = self.history.bursts
+        return out
+
+
+def _decode(session: Session, max_tokens: int, end_texts: tuple[str, ...],
+            deadline: float) -> tuple[str, int]:
+    pieces: list[str] = []
+    stream = session.stream(max_tokens=max_tokens)
+    n = 0
+    try:
+        for piece in stream:
+            n += 1
+            pieces.append(piece)
+            tail = "".join(pieces[-8:])
+            if any(t in tail for t in end_texts) or time.perf_counter() >= deadline:
+                break
+    finally:
+        stream.close()
+    return "".join(pieces), n
