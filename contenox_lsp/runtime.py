@@ -106,7 +106,7 @@ class Runtime:
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
         self.completion = CompletionService(self)
         self.next_edit = NextEditService(self)
-        self.idle.after_warm = self.completion.warm_up
+        self.idle.after_warm = self._after_warm
         self.worker.before_job = self._park_live
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
@@ -115,6 +115,20 @@ class Runtime:
         incremental edit, or the last ask's position. The idle prefill warms the cursor
         context there, so an ask at that line prefills only its question."""
         self.start_task: asyncio.Future[None] | None = None
+
+    def _after_warm(self) -> Callable[[Session, Job], None] | None:
+        """The idle prefill's warm-ups once the chat prefix is resident: the completion
+        prompt, then the next-edit prompt (each parks its branch and restores the chat)."""
+        steps = [step for step in (self.completion.warm_up(), self.next_edit.warm_up())
+                 if step is not None]
+        if not steps:
+            return None
+
+        def run(session: Session, job: Job) -> None:
+            for step in steps:
+                step(session, job)
+
+        return run
 
     def _park_live(self, session: Session, job: Job) -> None:
         """Before a job, the live sequence's owner (a completion or a next edit, whichever

@@ -37,6 +37,7 @@ BOS_POLICIES = (AUTO_BOS, *_ASSEMBLER_BOS_POLICIES)
 BACKENDS = ("llama", "openvino", "llama-server", "openai")
 REMOTE_BACKENDS = ("llama-server", "openai")
 COMPLETION_MODES = ("auto", "prefix", "fim")
+NEXT_EDIT_FORMATS = ("auto", "sweep", "zeta", "base")
 OV_DEVICES = ("CPU", "GPU", "NPU")
 OV_KV_PRECISIONS = ("auto", "f32", "f16", "bf16", "u8", "u4")
 OV_SPARSE_MODES = ("off", "trishape", "xattention")
@@ -475,10 +476,27 @@ FIELDS: tuple[FieldSpec, ...] = (
         "completion", "timeout_ms", 1500, _int_range(50, 60_000), "an integer 50..60000",
         "decode time a completion may take (it returns what it has by then)",
     ),
+    # [next_edit]: next-edit suggestions. Not part of the cache identity either.
+    FieldSpec("next_edit", "enabled", True, _is_bool, "true | false",
+              "answer contenox/nextEdit (false: always an empty list)"),
+    FieldSpec(
+        "next_edit", "format", "auto", _one_of(*NEXT_EDIT_FORMATS),
+        " | ".join(NEXT_EDIT_FORMATS),
+        "prompt layout: auto = from the model (sweep for Sweep Next-Edit, zeta for Zed's Zeta, "
+        "else base)",
+    ),
+    FieldSpec(
+        "next_edit", "max_tokens", 384, _int_range(16, 2048), "an integer 16..2048",
+        "tokens a rewrite of the region may take",
+    ),
+    FieldSpec(
+        "next_edit", "timeout_ms", 8000, _int_range(100, 120_000), "an integer 100..120000",
+        "decode time a rewrite may take (past it, nothing is suggested)",
+    ),
 )
 
 #: Sections that configure requests, not the KV state: left out of ``profile_id``.
-NON_IDENTITY_SECTIONS = ("completion",)
+NON_IDENTITY_SECTIONS = ("completion", "next_edit")
 #: Single fields that change what the server does, not what any KV holds.
 NON_IDENTITY_KEYS = frozenset({
     "cache.auto_snapshots", "remote.api_key_env", "remote.connect_timeout_s", "remote.timeout_s",

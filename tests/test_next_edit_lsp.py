@@ -21,6 +21,7 @@ from test_lsp_support import (
     request,
     start_client,
     stop_client,
+    wait_until,
     wait_warm,
 )
 
@@ -91,11 +92,25 @@ async def test_an_edit_then_a_next_edit_request_prefills_only_what_it_appended(
     assert st["lastNewTokens"] == st["lastPromptTokens"] - st["lastReusedTokens"]
 
 
+async def test_after_an_edit_settles_a_request_prefills_only_the_region(
+        client: LanguageClient) -> None:
+    """The idle warm-up prefills the prompt up to the region (the new history step included)
+    and parks it: the request after it prefills the region and at most a micro-batch more."""
+    uri = client.doc_uri  # type: ignore[attr-defined]
+    before = (await status(client))["warmUps"]
+    change_doc(client, uri, 4, [(4, 11, 4, 16, "w")])  # volume(width -> volume(w
+    await wait_until(lambda: status(client), lambda st: st["warmUps"] > before, 300)
+    await next_edit(client, 4, 12, version=4)
+    st = await status(client)
+    assert st["lastRegionTokens"] > 0
+    assert st["lastNewTokens"] <= st["lastRegionTokens"] + 32
+
+
 async def test_the_copilot_alias_answers_in_the_same_shape(client: LanguageClient) -> None:
-    out = await next_edit(client, 0, 11, version=3, method="textDocument/copilotInlineEdit")
+    out = await next_edit(client, 0, 11, version=4, method="textDocument/copilotInlineEdit")
     assert set(out) == {"edits"} and isinstance(out["edits"], list)
     client.protocol.notify("textDocument/didShowInlineEdit", {"item": {}})
-    assert (await status(client))["requests"] == 3
+    assert (await status(client))["requests"] == 4
 
 
 async def test_a_stale_version_gets_nothing_and_bad_input_is_invalid_params(

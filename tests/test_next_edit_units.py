@@ -145,7 +145,38 @@ def test_the_rewritten_region_ends_at_the_formats_end_text() -> None:
     assert rewritten_region("a\nb\nc", ("<|file_sep|>",), 2) == "a\nb\nc"  # ended by EOG
 
 
-def test_the_format_comes_from_the_model() -> None:
-    assert L.choose_format("sweep-next-edit-1.5B", True) == ("sweep", "model name")
-    assert L.choose_format("sweep-next-edit-1.5B", False)[0] == "base"
-    assert L.choose_format("gemma-3-270m", False) == ("base", "base: not a next-edit model")
+def test_the_zeta_layout_follows_zeds_prompt() -> None:
+    """Zed's zeta1 prompt: instruction header, ``User edited PATH:`` + a diff fence per step,
+    the excerpt with the editable region and cursor markers, ``### Response:``."""
+    clock = Clock()
+    h = EditHistory(clock)
+    h.opened("geo.py", SOURCE)
+    text = typed(h, clock, "geo.py", SOURCE, SOURCE.index("h):"), "eight")
+    lines = tuple(text.split("\n"))
+    region = L.Region("geo.py", 0, lines[:2], (0, 12), tuple(SOURCE.split("\n")[:2]))
+    out = L.render("zeta", [("util.py", "x")], ("geo.py", SOURCE), h.steps(), region, text)
+    assert "".join(t for t, _ in out.pieces) == (
+        "### Instruction:\nYou are a code completion assistant and your task is to analyze user "
+        "edits and then rewrite an excerpt that the user provides, suggesting the appropriate "
+        "edits within the excerpt, taking into account the cursor location.\n\n"
+        "### User Edits:\n\n"
+        "User edited geo.py:\n```diff\n@@ -1,1 +1,1 @@\n-def area(w, h):\n"
+        "+def area(w, eighth):\n```"
+        "\n\n### User Excerpt:\n\n```geo.py\n<|start_of_file|>\n<|editable_region_start|>\n"
+        "def area(w, <|user_cursor_is_here|>eighth):\n    return w * h\n"
+        "<|editable_region_end|>\n\n\ndef volume(w, h, d):\n    return w * h * d\n```"
+        "\n\n### Response:\n")
+    assert out.end_texts == ("<|editable_region_end|>",)
+    raw = "```geo.py\n<|editable_region_start|>\ndef area(w, eighth):\n    return w * eighth\n" \
+          "<|editable_region_end|>"
+    assert rewritten_region(raw, out.end_texts, 2, out.begin_text) == \
+        "def area(w, eighth):\n    return w * eighth"
+
+
+def test_the_format_comes_from_the_model_or_the_profile() -> None:
+    assert L.choose_format("auto", "sweep-next-edit-1.5B", True) == ("sweep", "model name")
+    assert L.choose_format("auto", "sweep-next-edit-1.5B", False)[0] == "base"
+    assert L.choose_format("auto", "zeta", True) == ("zeta", "model name")
+    assert L.choose_format("auto", "gemma-3-270m", False) == ("base",
+                                                              "base: not a next-edit model")
+    assert L.choose_format("zeta", "gemma-3-270m", False) == ("zeta", "profile")

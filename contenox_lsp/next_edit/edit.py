@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contenox_lsp.next_edit.layout import CURSOR
+from contenox_lsp.next_edit.layout import CURSOR, ZETA_CURSOR
 
 
 @dataclass(frozen=True)
@@ -16,14 +16,18 @@ class Replacement:
     text: str
 
 
-def rewritten_region(raw: str, end_texts: tuple[str, ...], n_lines: int) -> str | None:
-    """The region text a model wrote (``raw``), cut at the first end text; None when it did
-    not finish the region (no end text and fewer lines than the region)."""
+def rewritten_region(raw: str, end_texts: tuple[str, ...], n_lines: int,
+                     begin_text: str = "") -> str | None:
+    """The region text a model wrote (``raw``, from after ``begin_text`` when it wrote that),
+    cut at the first end text; None when it did not finish the region (no end text and fewer
+    lines than the region)."""
+    if begin_text and begin_text in raw:
+        raw = raw[raw.index(begin_text) + len(begin_text):].removeprefix("\n")
     cut = min((i for i in (raw.find(t) for t in end_texts) if i >= 0), default=-1)
     if cut < 0 and raw.count("\n") < n_lines:
         return None
     text = raw if cut < 0 else raw[:cut]
-    return text.replace(CURSOR, "").rstrip("\n")
+    return text.replace(CURSOR, "").replace(ZETA_CURSOR, "").rstrip("\n")
 
 
 def minimal_replacement(start_line: int, lines: tuple[str, ...], new: str) -> Replacement | None:

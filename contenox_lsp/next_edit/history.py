@@ -34,13 +34,16 @@ class Step:
     after: tuple[str, ...]
     accepted: bool = False
 
+    def hunk(self) -> str:
+        """The step as one unified-diff hunk (``@@`` header, ``-`` and ``+`` lines)."""
+        return (f"@@ -{self.start + 1},{len(self.before)} +{self.start + 1},{len(self.after)} @@"
+                + (" accepted suggestion" if self.accepted else "") + "\n"
+                + "".join(f"-{line}\n" for line in self.before)
+                + "".join(f"+{line}\n" for line in self.after))
+
     def unified(self) -> str:
-        """The step as a unified diff hunk with the file path."""
-        head = (f"--- a/{self.path}\n+++ b/{self.path}\n"
-                f"@@ -{self.start + 1},{len(self.before)} +{self.start + 1},{len(self.after)} @@"
-                + (" accepted suggestion" if self.accepted else "") + "\n")
-        return head + "".join(f"-{line}\n" for line in self.before) + \
-            "".join(f"+{line}\n" for line in self.after)
+        """The step as a unified diff with the file path."""
+        return f"--- a/{self.path}\n+++ b/{self.path}\n" + self.hunk()
 
 
 def changed_lines(old: str, new: str) -> tuple[int, tuple[str, ...], tuple[str, ...]]:

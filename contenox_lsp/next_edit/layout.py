@@ -11,6 +11,14 @@ rewrites. An edit therefore re-prefills only its history step and the region.
   then ``original/PATH:START:END`` (the region before the last edit), ``current/PATH:START:END``
   (the region with the ``<|cursor|>`` marker) and ``updated/PATH:START:END``, which the model
   completes; it ends the region with ``<|file_sep|>`` or end of text.
+- ``zeta``: Zed's Zeta (zed-industries/zeta, Qwen2.5-Coder-7B): an instruction header, the
+  edits as ``User edited PATH:`` + a ``diff`` fence per step, then the excerpt of the cursor's
+  file (20 lines of context around an editable region of 10 lines each side of the cursor, in
+  ``<|editable_region_start|>``/``<|editable_region_end|>`` with ``<|user_cursor_is_here|>``),
+  then ``### Response:``; the model rewrites the editable region and ends it with
+  ``<|editable_region_end|>`` (Zed's ``zeta1`` prompt module, as ported 1:1 by OxideCode's
+  ``build_zeta1_prompt``; the Ollama ``zeta`` model's system text is the same instruction).
+  Its layout is already stable-first: the header, then the history, then the excerpt.
 - ``base``: for base models without a next-edit format (the embedded Gemma 3 270M): a document
   of "before / after" a base model continues. It shows the machinery, not the quality.
 """
@@ -22,8 +30,19 @@ from dataclasses import dataclass
 
 from contenox_lsp.next_edit.history import Step
 
-FORMATS = ("sweep", "base")
+FORMATS = ("sweep", "zeta", "base")
 CURSOR = "<|cursor|>"
+ZETA_CURSOR = "<|user_cursor_is_here|>"
+ZETA_START = "<|editable_region_start|>"
+ZETA_END = "<|editable_region_end|>"
+ZETA_FILE_START = "<|start_of_file|>"
+ZETA_HEADER = ("### Instruction:\nYou are a code completion assistant and your task is to analyze "
+               "user edits and then rewrite an excerpt that the user provides, suggesting the "
+               "appropriate edits within the excerpt, taking into account the cursor location."
+               "\n\n### User Edits:\n\n")
+ZETA_CONTEXT_LINES = 20
+#: Lines of the region the model rewrites, above and below the cursor's line, per format.
+REGION_LINES = {"sweep": (3, 6), "zeta": (10, 10), "base": (3, 6)}
 FILE_SEP = "<|file_sep|>"
 #: ``base``: the rewrite ends where the document goes on with its next section.
 BASE_END = "\n\n# "
@@ -47,10 +66,10 @@ class Region:
     def span(self) -> str:
         return f"{self.start + 1}:{self.start + len(self.lines)}"
 
-    def with_cursor(self) -> str:
+    def with_cursor(self, marker: str = CURSOR) -> str:
         line, col = self.cursor
         out = list(self.lines)
-        out[line] = out[line][:col] + CURSOR + out[line][col:]
+        out[line] = out[line][:col] + marker + out[line][col:]
         return "\n".join(out)
 
 
@@ -62,27 +81,36 @@ class Layout:
     history: Pieces
     region: Pieces
     end_texts: tuple[str, ...]  # texts that end the rewrite (besides end-of-generation)
+    begin_text: str = ""  # the rewrite starts after this text, when the model writes it
 
     @property
     def pieces(self) -> Pieces:
         return [*self.stable, *self.history, *self.region]
 
 
-def choose_format(model_name: str, has_file_sep: bool) -> tuple[str, str]:
-    """(format, why): ``sweep`` for Sweep's next-edit models (its name in the GGUF metadata and
-    the ``<|file_sep|>`` token in the vocabulary), else ``base``."""
+def choose_format(configured: str, model_name: str, has_file_sep: bool) -> tuple[str, str]:
+    """(format, why): the profile's ``next_edit.format`` unless ``auto``; then ``sweep`` for
+    Sweep's next-edit models (their name in the GGUF metadata and the ``<|file_sep|>`` token in
+    the vocabulary), ``zeta`` for Zed's Zeta, else ``base``."""
+    if configured != "auto":
+        return configured, "profile"
     name = model_name.lower()
     if "sweep" in name and ("next-edit" in name or "next_edit" in name or "nes" in name):
         if has_file_sep:
             return "sweep", "model name"
         return "base", "base: a Sweep model name without <|file_sep|> in its vocabulary"
+    if "zeta" in name.replace("-", " ").replace("_", " ").split() or name.startswith("zeta"):
+        return "zeta", "model name"
     return "base", "base: not a next-edit model"
 
 
 def render(fmt: str, files: Sequence[tuple[str, str]], window: tuple[str, str],
-           steps: Sequence[Step], region: Region) -> Layout:
+           steps: Sequence[Step], region: Region, text: str = "") -> Layout:
+    """The prompt of ``fmt``; ``text``: the cursor file's current text (zeta's excerpt)."""
     if fmt == "sweep":
         return _sweep(files, window, steps, region)
+    if fmt == "zeta":
+        return _zeta(steps, region, text)
     return _base(files, window, steps, region)
 
 
@@ -104,6 +132,22 @@ def _sweep(files: Sequence[tuple[str, str]], window: tuple[str, str], steps: Seq
             + section(f"current/{where}", region.with_cursor() + "\n")
             + [(FILE_SEP, True), (f"updated/{where}\n", False)])
     return Layout(stable, history, tail, (FILE_SEP,))
+
+
+def _zeta(steps: Sequence[Step], region: Region, text: str) -> Layout:
+    events = "\n\n".join(f"User edited {step.path}:\n```diff\n{step.hunk()}```"
+                         for step in steps)
+    lines = text.split("\n")
+    end = region.start + len(region.lines)
+    first = max(0, region.start - ZETA_CONTEXT_LINES)
+    before = _lines(lines[first:region.start])
+    after = "\n".join(lines[end:end + ZETA_CONTEXT_LINES]).rstrip("\n")
+    excerpt = (f"```{region.path}\n" + (ZETA_FILE_START + "\n" if first == 0 else "")
+               + before + ZETA_START + "\n" + region.with_cursor(ZETA_CURSOR) + "\n" + ZETA_END
+               + ("\n" + after if after else "") + "\n```")
+    history: Pieces = [(events, False)] if events else []
+    tail: Pieces = [("\n\n### User Excerpt:\n\n" + excerpt + "\n\n### Response:\n", False)]
+    return Layout([(ZETA_HEADER, False)], history, tail, (ZETA_END,), ZETA_START)
 
 
 def _base(files: Sequence[tuple[str, str]], window: tuple[str, str], steps: Sequence[Step],

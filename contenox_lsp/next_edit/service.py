@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from contenox_lsp.completion.service import CompletionHost, park_chat, repo_context
-from contenox_lsp.jobs import chunked_prefill
+from contenox_lsp.jobs import BACKGROUND_STEP, chunked_prefill
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import Replacement, apply, minimal_replacement, rewritten_region
 from contenox_lsp.next_edit.history import EditHistory
@@ -28,10 +29,9 @@ from engine import Session
 
 JOB_LABEL = "next_edit"
 BRANCH = "next_edit"
-REGION_ABOVE, REGION_BELOW = 3, 6  # lines of the region around the cursor
 WINDOW_LINES = 60  # lines of the file window each side of the cursor
 MAX_EXTRA_TOKENS = 48  # decode budget beyond the region's own tokens
-TIMEOUT_S = 20.0
+LOOKUP_TOKENS = 8  # prompt-lookup draft length: a rewrite mostly copies the region
 
 
 @dataclass
@@ -48,6 +48,10 @@ class NextEditStats:
     lastReusedTokens: int | None = None
     lastPromptTokens: int | None = None
     lastDecodeTokens: int | None = None
+    lastRegionTokens: int | None = None  # the region part (after the history) of the prompt
+    warmUps: int = 0  # idle warm-ups of the prompt up to the region
+    lookupDrafted: int = 0  # prompt-lookup tokens drafted and accepted, all requests
+    lookupAccepted: int = 0
     format: str | None = None
     formatSource: str | None = None
 
@@ -81,6 +85,8 @@ class NextEditService:
         self._windows: dict[str, _Window] = {}
         self.shown: Suggestion | None = None
         self._live_unparked = False
+        self.wanted = False  # a client asked for a next edit: the idle time warms its prompt
+        self._warmed: int | None = None  # what the last idle warm-up prefilled (a hash)
         self.task: asyncio.Task[Any] | None = None  # the request in flight (cancel-previous)
         self.superseded: asyncio.Task[Any] | None = None
 
@@ -88,7 +94,8 @@ class NextEditService:
         facts = getattr(session, "model_facts", None)
         name = str((facts() if callable(facts) else {}).get("name") or session.model_description)
         fim = session.fim_tokens
-        return L.choose_format(name, fim is not None and fim.sep is not None)
+        return L.choose_format(str(session.profile.get("next_edit.format")), name,
+                               fim is not None and fim.sep is not None)
 
     def _window(self, path: str, text: str, line: int) -> _Window:
         win = self._windows.get(path)
@@ -101,10 +108,11 @@ class NextEditService:
             self._windows[path] = win
         return win
 
-    def _region(self, path: str, text: str, line: int, column: int) -> L.Region:
+    def _region(self, fmt: str, path: str, text: str, line: int, column: int) -> L.Region:
+        above, below = L.REGION_LINES[fmt]
         lines = text.split("\n")
-        start = max(0, line - REGION_ABOVE)
-        end = min(len(lines), line + REGION_BELOW + 1)
+        start = max(0, line - above)
+        end = min(len(lines), line + below + 1)
         before = self.history.last_before(path)
         original = tuple(lines[start:end])
         if before is not None:  # the same span before the last step (its lines shift by delta)
@@ -119,29 +127,39 @@ class NextEditService:
         t0 = time.perf_counter()
         rt = self._rt
         self.stats.requests += 1
+        self.wanted = True
         busy = rt.worker.busy_with
         if busy is not None and busy.priority == Priority.USER and busy.label not in (
                 JOB_LABEL, "completion"):
             self.stats.skippedBusy += 1
             return None  # never wait behind an ask
         session = await rt.session()
+        if not session.profile.get("next_edit.enabled"):
+            return None
         fmt, source = self.format_for(session)
         self.stats.format, self.stats.formatSource = fmt, source
         win = self._window(rel, text, line)
-        region = self._region(rel, text, line, column)
-        prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(), region)
+        region = self._region(fmt, rel, text, line, column)
+        prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(), region, text)
+        max_tokens = int(session.profile.get("next_edit.max_tokens"))
+        deadline = t0 + int(session.profile.get("next_edit.timeout_ms")) / 1000.0
         chat_target = rt.idle.target
 
         def job(s: Session, j: Job) -> tuple[str, int, int, int, int]:
-            cache = default_token_cache()
-            tokens = [t for piece, special in prompt.pieces
-                      for t in cache.tokenize(s, piece, special=special)]
+            st = self.stats
+            head = _tokens(s, [*prompt.stable, *prompt.history])
+            tokens = head + _tokens(s, prompt.region)
+            st.lastRegionTokens = len(tokens) - len(head)
             region_tokens = len(s.tokenize("\n".join(region.lines), special=False))
             park_chat(s, chat_target)
             self._live_unparked = True
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
-            raw, n = _decode(s, region_tokens + MAX_EXTRA_TOKENS, prompt.end_texts,
-                             t0 + TIMEOUT_S)
+            raw, n = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
+                             prompt.end_texts, deadline)
+            lookup = getattr(s, "last_lookup", None)
+            if lookup is not None:
+                st.lookupDrafted += lookup.drafted
+                st.lookupAccepted += lookup.accepted
             return raw, n, stats.new_tokens, stats.reused_tokens, len(tokens)
 
         raw, n, new, reused, total = await rt.run_user_job(job, JOB_LABEL)
@@ -149,7 +167,7 @@ class NextEditService:
         st.lastLatencyMs = round((time.perf_counter() - t0) * 1000.0, 3)
         st.lastDecodeTokens, st.lastNewTokens, st.lastReusedTokens = n, new, reused
         st.lastPromptTokens = total
-        written = rewritten_region(raw, prompt.end_texts, len(region.lines))
+        written = rewritten_region(raw, prompt.end_texts, len(region.lines), prompt.begin_text)
         if written is None:
             return None
         rep = minimal_replacement(region.start, region.lines, written)
@@ -178,6 +196,44 @@ class NextEditService:
         self.shown = None
         return True
 
+    def warm_up(self) -> Callable[[Session, Job], None] | None:
+        """The idle prefill's step after the chat prefix (and the completion's) are warm:
+        prefill the next-edit prompt up to the region (the history's last step included) and
+        park it as the ``next_edit`` branch, then give the live sequence back to the chat
+        prefix. The next request then prefills only the region. None when there is nothing
+        to do (no next-edit client, no cursor, done already)."""
+        rt = self._rt
+        session = rt.worker.session
+        if not self.wanted or rt.last_cursor is None or session is None \
+                or not session.capabilities.get("branches", False) \
+                or not session.profile.get("next_edit.enabled"):
+            return None
+        path, line = rt.last_cursor
+        text = rt.buffer_text(path)
+        chat_target = rt.idle.target
+        if text is None or not chat_target:
+            return None
+        rel = rt.relative(path)
+        fmt, _ = self.format_for(session)
+        line = min(line, text.count("\n"))
+        win = self._window(rel, text, line)
+        prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(),
+                          self._region(fmt, rel, text, line, 0), text)
+        head = [*prompt.stable, *prompt.history]
+        key = hash(tuple(head))
+        if key == self._warmed:
+            return None
+
+        def job(s: Session, j: Job) -> None:
+            park_chat(s, chat_target)
+            chunked_prefill(s, _tokens(s, head), j, lambda _pos: None, step=BACKGROUND_STEP)
+            s.branch_save(BRANCH)
+            chunked_prefill(s, chat_target, j, lambda _pos: None)  # from its parked branch
+            self._warmed = key
+            self.stats.warmUps += 1
+
+        return job
+
     def park_live(self, session: Session, job: Job) -> None:
         """The worker's ``before_job`` hook: keep this prefix resident as the ``next_edit``
         branch when another job takes the live sequence (see ``CompletionService.park_live``)."""
@@ -192,13 +248,22 @@ class NextEditService:
         out["historySteps"] = len(self.history.steps())
         out["historyDropped"] = self.history.dropped
         out["burstsLeftOut"] = self.history.bursts
+        st = self.stats
+        out["lookupAcceptance"] = (round(st.lookupAccepted / st.lookupDrafted, 3)
+                                   if st.lookupDrafted else None)
         return out
+
+
+def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
+    cache = default_token_cache()
+    return [t for piece, special in pieces for t in cache.tokenize(session, piece,
+                                                                   special=special)]
 
 
 def _decode(session: Session, max_tokens: int, end_texts: tuple[str, ...],
             deadline: float) -> tuple[str, int]:
     pieces: list[str] = []
-    stream = session.stream(max_tokens=max_tokens)
+    stream = session.stream(max_tokens=max_tokens, lookup=LOOKUP_TOKENS)
     n = 0
     try:
         for piece in stream:

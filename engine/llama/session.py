@@ -69,6 +69,7 @@ from engine.llama.model import (
     meta_str,
 )
 from engine.llama.sampler import build_sampler
+from engine.lookup import LookupStats, NgramIndex
 from engine.model_files import cache_dir
 from engine.profile import Profile
 from engine.results import (
@@ -205,6 +206,9 @@ class LlamaSession(SessionBase):
         self._exact = profile.exact_reuse
         self._n_seq_max = int(profile.get("context.n_seq_max"))
         self._batch = llama_cpp.llama_batch_init(profile.n_batch, 0, 1)
+        self._batch_capacity = profile.n_batch
+        self.last_lookup: LookupStats | None = None
+        """Drafted and accepted tokens of the last ``stream(lookup=...)`` (None: no lookup)."""
         self._sampler = build_sampler(profile, model.vocab)
         # Leading resident tokens a cold prefill of a longer prompt computes the same way
         # (reusable under exact reuse), and, under the chunked schedule, from there the
@@ -754,11 +758,15 @@ class LlamaSession(SessionBase):
         return out
 
     def _decode_chunk(
-        self, chunk: Sequence[int], pos: int, *, logits_last: bool, stage: str
+        self, chunk: Sequence[int], pos: int, *, logits_last: bool, stage: str,
+        logits_all: bool = False,
     ) -> None:
         """Run one batch; on failure roll back to the committed tokens and raise its error."""
         while True:
             self._fill_batch(chunk, pos, logits_last)
+            if logits_all:
+                for i in range(len(chunk)):
+                    self._batch.logits[i] = 1
             status = int(self._decode_fn(self._ctx, self._batch))
             if status == 0:
                 self._copies_pending = False  # llama.cpp ran them before this batch
@@ -807,10 +815,17 @@ class LlamaSession(SessionBase):
 
     # ----------------------------------------------------------------- generation
 
-    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
+    def stream(self, max_tokens: int = 256, *,
+               lookup: int = 0) -> Generator[str, bool | None, GenerateResult]:
         """Yield text pieces as tokens are decoded; returns the ``GenerateResult``.
 
         ``generate`` runs this same loop; both stop within one token of ``cancel()``.
+        ``lookup`` > 0 (greedy sampling only; ignored otherwise): prompt-lookup decoding —
+        after each token, up to ``lookup`` tokens drafted from the sequence's own n-grams
+        (``engine.lookup``) are verified in the same batch and kept up to the first one the
+        model would not have chosen. Deterministic (warm == cold, bitwise), but a token
+        decoded in a batch of several can round differently from the one-token loop (near
+        ties): see the engine README.
         """
         with self._exclusive("stream"):
             if self._ctx is None or not self._logits_ready:
@@ -819,22 +834,30 @@ class LlamaSession(SessionBase):
                 )
             if max_tokens < 1:
                 raise InvalidBatchError("max_tokens must be >= 1", max_tokens=max_tokens)
+            if lookup < 0:
+                raise InvalidBatchError("lookup must be >= 0", lookup=lookup)
             self._logits_ready = False  # the logits are consumed by this generation
             sampler = self._sampler
             llama_cpp.llama_sampler_reset(sampler)
+            greedy = float(self.profile.get("sampler.temperature")) <= 0.0 and float(
+                self.profile.get("sampler.repeat_penalty")) == 1.0
+            lookup = min(lookup, self._batch_capacity - 1) if greedy else 0
+            index = NgramIndex(self._tokens) if lookup else None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             out_tokens: list[int] = []
             pieces: list[str] = []
             ttft_ms = 0.0
             t_first = 0.0
             finish = "length"
-            for i in range(max_tokens):
+            drafted = accepted = 0
+            logits_at = -1  # the batch index whose logits give the next token
+            while True:
                 if self._cancel.is_set():
                     raise CancelledError(
                         "decode cancelled", stage="decode", decoded_tokens=len(out_tokens)
                     )
-                tok = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, -1))
-                if i == 0:
+                tok = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, logits_at))
+                if not out_tokens and not t_first:
                     t_first = time.perf_counter()
                     ttft_ms = (t_first - self._prefill_started) * 1000.0
                 if llama_cpp.llama_vocab_is_eog(self._model.vocab, tok):
@@ -847,19 +870,59 @@ class LlamaSession(SessionBase):
                     if (yield piece):  # the consumer saw a stop sequence (engine.results.drain)
                         finish = "stop"
                         break
-                if i == max_tokens - 1:
+                if len(out_tokens) >= max_tokens:
                     break  # no logits needed after the last token
                 if len(self._tokens) >= self.n_ctx:
                     finish = "context_full"
                     break
-                self._decode_chunk([tok], len(self._tokens), logits_last=True, stage="decode")
+                if index is None:
+                    self._decode_chunk([tok], len(self._tokens), logits_last=True,
+                                       stage="decode")
+                    self._tokens.append(tok)
+                    continue
+                # Prompt lookup: the token and a draft in one batch, every position's logits.
+                index.append(tok)
+                room = min(lookup, max_tokens - len(out_tokens),
+                           self.n_ctx - len(self._tokens) - 1)
+                draft = index.draft(room)
+                self._decode_chunk([tok, *draft], len(self._tokens), logits_last=True,
+                                   stage="decode", logits_all=True)
                 self._tokens.append(tok)
+                drafted += len(draft)
+                kept, stop = 0, False
+                for j, want in enumerate(draft):
+                    got = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, j))
+                    if got != want:
+                        break
+                    if llama_cpp.llama_vocab_is_eog(self._model.vocab, got):
+                        finish, stop = "stop", True
+                        break
+                    kept += 1
+                    out_tokens.append(got)
+                    self._tokens.append(got)
+                    index.append(got)
+                    piece = decoder.decode(self.token_piece(got))
+                    if piece:
+                        pieces.append(piece)
+                        if (yield piece):
+                            finish, stop = "stop", True
+                            break
+                    if len(out_tokens) >= max_tokens:
+                        stop = True
+                        break
+                accepted += kept
+                # The rejected part of the draft leaves the KV cache.
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, len(self._tokens), -1)
+                if stop:
+                    break
+                logits_at = kept  # after the last kept token
             tail = decoder.decode(b"", final=True)
             if tail:
                 pieces.append(tail)
                 yield tail
             decode_ms = (time.perf_counter() - t_first) * 1000.0 if t_first else 0.0
             n = len(out_tokens)
+            self.last_lookup = LookupStats(drafted, accepted) if lookup else None
             result = GenerateResult(
                 tokens=out_tokens,
                 text="".join(pieces),
@@ -872,8 +935,8 @@ class LlamaSession(SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256) -> GenerateResult:
-        return drain(self.stream(max_tokens=max_tokens))
+    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
+        return drain(self.stream(max_tokens=max_tokens, lookup=lookup))
 
     # ----------------------------------------------------------------- snapshots
 

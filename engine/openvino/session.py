@@ -514,7 +514,8 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
 
     # ----------------------------------------------------------------- generation
 
-    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
+    def stream(self, max_tokens: int = 256, *,
+               lookup: int = 0) -> Generator[str, bool | None, GenerateResult]:
         """Yield text pieces; returns the ``GenerateResult``. ``generate`` runs this loop."""
         with self._exclusive("stream"):
             if self._pipe is None or not self._tokens or self._first_token is None:
@@ -581,7 +582,7 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256) -> GenerateResult:
+    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
         return drain(self.stream(max_tokens=max_tokens))
 
     # ----------------------------------------------------------------- unsupported

@@ -511,7 +511,8 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             self._resident_identity = None
             self._cold_next = True
 
-    def stream(self, max_tokens: int = 256) -> Generator[str, bool | None, GenerateResult]:
+    def stream(self, max_tokens: int = 256, *,
+               lookup: int = 0) -> Generator[str, bool | None, GenerateResult]:
         """Yield text pieces as the server streams them; returns the ``GenerateResult``."""
         with self._exclusive("stream"):
             if not self._tokens:
@@ -571,7 +572,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256) -> GenerateResult:
+    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
         return drain(self.stream(max_tokens=max_tokens))
 
     def close(self) -> None:
