@@ -140,9 +140,11 @@ def session_tokenize(session: Any) -> Tokenize:
 
 
 def session_bos(session: Any, profile: Any) -> int | None:
-    """The BOS the server's assembler puts first (bos_policy "add"), or None."""
+    """The BOS the server's assembler puts first (bos_policy "add" as the session resolved
+    ``prompt.bos``), or None."""
     bos = session.bos_token_id
-    return int(bos) if bos is not None and bos >= 0 and profile.bos_policy == "add" else None
+    policy = getattr(session, "profile", profile).bos_policy
+    return int(bos) if bos is not None and bos >= 0 and policy == "add" else None
 
 
 def run_session_cold(session: Any, primer: Sequence[int], prompts: Sequence[list[int]],

@@ -166,7 +166,8 @@ def _bos(model: BareModel) -> int | None:
     import llama_cpp
 
     bos = int(llama_cpp.llama_vocab_bos(model.vocab))
-    return bos if bos >= 0 and model.profile.bos_policy == "add" else None
+    adds = bool(llama_cpp.llama_vocab_get_add_bos(model.vocab))
+    return bos if bos >= 0 and model.profile.resolve_bos(adds).bos_policy == "add" else None
 
 
 async def _server_system(name: str, root: Path, targets: Any, cfg: BenchConfig,

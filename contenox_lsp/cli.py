@@ -271,7 +271,7 @@ def _ask_raw(args: argparse.Namespace) -> int:
 
     profile = _load_profile(args)
     with open_session(profile) as session:
-        tokens = session.tokenize(args.question, add_bos=profile.bos_policy == "add")
+        tokens = session.tokenize(args.question, add_bos=session.profile.bos_policy == "add")
         pre = session.prefill(tokens)
         gen = drain(session.stream(max_tokens=args.max_tokens), None if args.json else _emit)
     if args.json:

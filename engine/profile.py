@@ -500,6 +500,9 @@ NON_IDENTITY_SECTIONS = ("completion", "next_edit")
 #: Single fields that change what the server does, not what any KV holds.
 NON_IDENTITY_KEYS = frozenset({
     "cache.auto_snapshots", "remote.api_key_env", "remote.connect_timeout_s", "remote.timeout_s",
+    # The identity carries the BOS policy the engine resolved (``auto`` → add | none) itself:
+    # ``auto`` and the policy it resolves to are the same cache.
+    "prompt.bos",
 })
 
 _BY_SECTION: dict[str, dict[str, FieldSpec]] = {}

@@ -180,3 +180,30 @@ def test_the_format_comes_from_the_model_or_the_profile() -> None:
     assert L.choose_format("auto", "gemma-3-270m", False) == ("base",
                                                               "base: not a next-edit model")
     assert L.choose_format("zeta", "gemma-3-270m", False) == ("zeta", "profile")
+
+
+def test_a_rewrite_that_stops_short_of_the_region_is_not_a_deletion() -> None:
+    from contenox_lsp.next_edit.service import truncated
+
+    lines = ("def area(w, height):", "    return width * height", "", "", "def volume():")
+    region = L.Region("geo.py", 0, lines, (0, 10), lines)
+    short = "def area(w, height):\n    return w * height"
+    rep = minimal_replacement(0, lines, short)
+    assert rep is not None and truncated(region, short, rep)
+    full = "\n".join(lines).replace("width * height", "w * height")
+    rep = minimal_replacement(0, lines, full)
+    assert rep is not None and not truncated(region, full, rep)
+
+
+def test_only_an_insertion_at_the_cursor_is_offered_as_a_completion() -> None:
+    from contenox_lsp.next_edit.edit import Replacement
+    from contenox_lsp.next_edit.service import NextEditService, Suggestion
+
+    service = NextEditService(None)  # type: ignore[arg-type]  # the host is not used here
+    service.shown = Suggestion(3, "geo.py", Replacement((4, 8), (4, 8), "eight"), version=7)
+    assert service.insertion_at("geo.py", 7, 4, 8) is service.shown
+    assert service.insertion_at("geo.py", 8, 4, 8) is None  # the document changed since
+    assert service.insertion_at("geo.py", 7, 4, 9) is None  # another cursor
+    assert service.insertion_at("other.py", 7, 4, 8) is None
+    service.shown = Suggestion(4, "geo.py", Replacement((4, 8), (4, 9), "eight"), version=7)
+    assert service.insertion_at("geo.py", 7, 4, 8) is None  # replaces text: not ghost text

@@ -27,6 +27,7 @@ from contenox_lsp.server import ContenoxServer
 
 INLINE_COMPLETION = types.TEXT_DOCUMENT_INLINE_COMPLETION
 CMD_ACCEPT = "contenox.acceptCompletion"
+CMD_ACCEPT_NEXT_EDIT = "contenox.acceptNextEdit"  # an insertion offered as a completion
 
 EMPTY: dict[str, Any] = {"items": []}
 
@@ -88,6 +89,10 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if previous is not None and not previous.done():
         ls.completion_superseded = previous
         previous.cancel()  # cancel-previous: the newer request is the one the user waits for
+    rel = relative_to_roots(path, ls.roots())
+    insertion = rt.next_edit.insertion_at(rel, doc.version, pos.line, len(win.line_prefix))
+    if insertion is not None:  # the next-edit suggestion is ghost text right here
+        return _items(insertion.replacement.text, insertion.id, pos, CMD_ACCEPT_NEXT_EDIT)
     service = rt.completion
     hit = service.typed_through(uri, pos.line, win.line_prefix)
     if hit is not None and hit.text is not None and hit.id is not None:
@@ -95,7 +100,6 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         return _items(hit.text, hit.id, pos)
     task = asyncio.current_task()
     ls.completion_task = task
-    rel = relative_to_roots(path, ls.roots())
     speculated = service.speculation.take(At(uri, doc.version, pos.line, pos.character))
     try:
         run = await run_cancellable(ls, speculated) if speculated is not None else None
@@ -177,11 +181,12 @@ def column(ls: ContenoxServer, line_text: str, character: int) -> int:
     return pos.character
 
 
-def _items(text: str, completion_id: int, pos: types.Position) -> dict[str, Any]:
+def _items(text: str, item_id: int, pos: types.Position,
+           command: str = CMD_ACCEPT) -> dict[str, Any]:
     at = {"line": pos.line, "character": pos.character}
     return {"items": [{
         "insertText": text,
         "range": {"start": at, "end": at},
-        "command": {"title": "Accept completion", "command": CMD_ACCEPT,
-                    "arguments": [{"id": completion_id}]},
+        "command": {"title": "Accept completion", "command": command,
+                    "arguments": [{"id": item_id}]},
     }]}

@@ -54,7 +54,7 @@ async def next_edit(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     rt.cursor_at(req.path, pos.line)
     try:
         found = await run_cancellable(ls, service.suggest(
-            rel, doc.source, pos.line, column(ls, line_text, pos.character)))
+            rel, doc.source, pos.line, column(ls, line_text, pos.character), doc.version))
     except asyncio.CancelledError:
         if service.superseded is task:
             return _empty()

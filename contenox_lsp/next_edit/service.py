@@ -41,6 +41,7 @@ class NextEditStats:
     accepted: int = 0
     rejected: int = 0
     reversals: int = 0
+    truncated: int = 0  # rewrites that stopped short of the region's end (not shown)
     skippedBusy: int = 0
     displayed: int = 0  # textDocument/didShowInlineEdit notifications
     lastLatencyMs: float | None = None
@@ -61,6 +62,7 @@ class Suggestion:
     id: int
     path: str
     replacement: Replacement
+    version: int | None = None  # the document version it was made for
 
 
 @dataclass
@@ -121,7 +123,8 @@ class NextEditService:
             original = tuple(old[start:max(start, end + delta)])
         return L.Region(path, start, tuple(lines[start:end]), (line - start, column), original)
 
-    async def suggest(self, rel: str, text: str, line: int, column: int) -> Suggestion | None:
+    async def suggest(self, rel: str, text: str, line: int, column: int,
+                      version: int | None = None) -> Suggestion | None:
         """The next edit for the document ``rel`` (its current ``text``) with the cursor at
         ``line``/``column`` (str indices); None when there is nothing worth showing."""
         t0 = time.perf_counter()
@@ -173,13 +176,28 @@ class NextEditService:
         rep = minimal_replacement(region.start, region.lines, written)
         if rep is None:
             return None
+        if truncated(region, written, rep):
+            st.truncated += 1
+            return None
         undone = self.history.last_before(rel)
         if undone is not None and apply(text, rep) == undone:
             st.reversals += 1  # it would undo the user's last step
             return None
-        self.shown = Suggestion(next(self._ids), rel, rep)
+        self.shown = Suggestion(next(self._ids), rel, rep, version)
         st.shown += 1
         return self.shown
+
+    def insertion_at(self, rel: str, version: int | None, line: int,
+                     column: int) -> Suggestion | None:
+        """The shown suggestion when it is an insertion at exactly this cursor on its line,
+        for this document version: inline completion offers it as ghost text."""
+        shown = self.shown
+        if shown is None or shown.path != rel or shown.version != version:
+            return None
+        rep = shown.replacement
+        if rep.start != (line, column) or rep.end != rep.start or "\n" in rep.text:
+            return None
+        return shown
 
     def decided(self, suggestion_id: int, accepted: bool) -> bool:
         """The user accepted or rejected the suggestion ``suggestion_id``."""
@@ -252,6 +270,13 @@ class NextEditService:
         out["lookupAcceptance"] = (round(st.lookupAccepted / st.lookupDrafted, 3)
                                    if st.lookupDrafted else None)
         return out
+
+
+def truncated(region: L.Region, written: str, rep: Replacement) -> bool:
+    """The rewrite has fewer lines than the region and the edit runs to the region's last
+    line: the model ended the region early (base models do), it did not mean to delete."""
+    last = region.start + len(region.lines) - 1
+    return written.count("\n") + 1 < len(region.lines) and rep.end[0] >= last
 
 
 def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
