@@ -102,16 +102,22 @@ def test_an_accepted_suggestion_is_marked_and_undoing_the_last_step_is_known() -
     assert not steps[0].accepted
 
 
-def test_the_sweep_layout_follows_the_model_card() -> None:
-    """sweepai/sweep-next-edit-v2-7B, "Prompt format": <|file_sep|> sections — the file,
-    retrieval chunks, recent changes as original:/updated:, then original/, current/ with the
-    cursor marker and updated/, which the model completes."""
+def renamed() -> tuple[EditHistory, str, L.Region]:
+    """A history of one step (``h`` → ``eighth`` in ``area``'s signature), the text after
+    it and the region of ``area``'s two lines with the cursor before ``eighth``."""
     clock = Clock()
     h = EditHistory(clock)
     h.opened("geo.py", SOURCE)
     text = typed(h, clock, "geo.py", SOURCE, SOURCE.index("h):"), "eight")
     lines = tuple(text.split("\n"))
-    region = L.Region("geo.py", 0, lines[:2], (0, 12), tuple(SOURCE.split("\n")[:2]))
+    return h, text, L.Region("geo.py", 0, lines[:2], (0, 12), tuple(SOURCE.split("\n")[:2]))
+
+
+def test_the_sweep_layout_follows_the_model_card() -> None:
+    """sweepai/sweep-next-edit-v2-7B, "Prompt format": <|file_sep|> sections — the file,
+    retrieval chunks, recent changes as original:/updated:, then original/, current/ with the
+    cursor marker and updated/, which the model completes."""
+    h, _text, region = renamed()
     out = L.render("sweep", [("util.py", "def helper(): ...\n")], ("geo.py", SOURCE),
                    h.steps(), region)
     rendered = "".join(t for t, _ in out.pieces)
@@ -148,12 +154,7 @@ def test_the_rewritten_region_ends_at_the_formats_end_text() -> None:
 def test_the_zeta_layout_follows_zeds_prompt() -> None:
     """Zed's zeta1 prompt: instruction header, ``User edited PATH:`` + a diff fence per step,
     the excerpt with the editable region and cursor markers, ``### Response:``."""
-    clock = Clock()
-    h = EditHistory(clock)
-    h.opened("geo.py", SOURCE)
-    text = typed(h, clock, "geo.py", SOURCE, SOURCE.index("h):"), "eight")
-    lines = tuple(text.split("\n"))
-    region = L.Region("geo.py", 0, lines[:2], (0, 12), tuple(SOURCE.split("\n")[:2]))
+    h, text, region = renamed()
     out = L.render("zeta", [("util.py", "x")], ("geo.py", SOURCE), h.steps(), region, text)
     assert "".join(t for t, _ in out.pieces) == (
         "### Instruction:\nYou are a code completion assistant and your task is to analyze user "

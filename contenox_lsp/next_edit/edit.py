@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contenox_lsp.next_edit.history import common_ends
 from contenox_lsp.next_edit.layout import CURSOR, ZETA_CURSOR
 
 
@@ -36,12 +37,7 @@ def minimal_replacement(start_line: int, lines: tuple[str, ...], new: str) -> Re
     old = "\n".join(lines)
     if old == new:
         return None
-    p = 0
-    while p < min(len(old), len(new)) and old[p] == new[p]:
-        p += 1
-    q = 0
-    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
-        q += 1
+    p, q = common_ends(old, new)
     removed, inserted = old[p:len(old) - q], new[p:len(new) - q]
     if not removed.strip() and not inserted.strip():
         return None  # whitespace only

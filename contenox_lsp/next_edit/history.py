@@ -14,7 +14,7 @@ the steps in order changes only at its end between requests (the open step is re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 PAUSE_S = 1.5
@@ -46,16 +46,23 @@ class Step:
         return f"--- a/{self.path}\n+++ b/{self.path}\n" + self.hunk()
 
 
-def changed_lines(old: str, new: str) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
-    """(first changed line, old lines, new lines) of the one span where ``old`` and ``new``
-    differ (common leading and trailing lines taken off)."""
-    a, b = old.split("\n"), new.split("\n")
+def common_ends(a: Sequence[object], b: Sequence[object]) -> tuple[int, int]:
+    """How many leading and (then) trailing items ``a`` and ``b`` share: what is left
+    between them is the one span where they differ."""
     lead = 0
     while lead < min(len(a), len(b)) and a[lead] == b[lead]:
         lead += 1
     trail = 0
     while trail < min(len(a), len(b)) - lead and a[-1 - trail] == b[-1 - trail]:
         trail += 1
+    return lead, trail
+
+
+def changed_lines(old: str, new: str) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+    """(first changed line, old lines, new lines) of the one span where ``old`` and ``new``
+    differ (common leading and trailing lines taken off)."""
+    a, b = old.split("\n"), new.split("\n")
+    lead, trail = common_ends(a, b)
     return lead, tuple(a[lead:len(a) - trail]), tuple(b[lead:len(b) - trail])
 
 
