@@ -88,16 +88,23 @@ class NextEditService:
         self.shown: Suggestion | None = None
         self._live_unparked = False
         self.wanted = False  # a client asked for a next edit: the idle time warms its prompt
+        self._format: tuple[Session, tuple[str, str]] | None = None
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a hash)
         self.task: asyncio.Task[Any] | None = None  # the request in flight (cancel-previous)
         self.superseded: asyncio.Task[Any] | None = None
 
     def format_for(self, session: Session) -> tuple[str, str]:
+        """(format, why) for the loaded model; worked out once per session (the model's
+        facts scan the vocabulary)."""
+        if self._format is not None and self._format[0] is session:
+            return self._format[1]
         facts = getattr(session, "model_facts", None)
         name = str((facts() if callable(facts) else {}).get("name") or session.model_description)
         fim = session.fim_tokens
-        return L.choose_format(str(session.profile.get("next_edit.format")), name,
-                               fim is not None and fim.sep is not None)
+        chosen = L.choose_format(str(session.profile.get("next_edit.format")), name,
+                                 fim is not None and fim.sep is not None)
+        self._format = (session, chosen)
+        return chosen
 
     def _window(self, path: str, text: str, line: int) -> _Window:
         win = self._windows.get(path)
