@@ -35,6 +35,10 @@ def initialize(ls: ContenoxServer, params: types.InitializeParams) -> None:
 async def initialized(ls: ContenoxServer, params: types.InitializedParams) -> None:
     # Create the runtime before awaiting anything: didOpen may arrive right away.
     rt = ls.start_runtime()
+    # Documents opened before this ran (pygls runs this handler as a task, so a didOpen sent
+    # right after `initialized` may come first): the edit history's starting texts.
+    for path, text in ls.editor_state().open_buffers.items():
+        rt.next_edit.history.opened(rt.relative(path), text)
     # An editor that shows inline completions: the idle time warms their prompt too.
     rt.completion.wanted = get_capability(ls.client_capabilities,
                                           "text_document.inline_completion", None) is not None
