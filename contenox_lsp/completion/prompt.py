@@ -124,20 +124,20 @@ def build_prompt(session: Session, context: RepoContext | str, path: str, win: C
     before_text = win.before[: len(win.before) - len(healed)]
     before = session.tokenize(before_text, add_bos=False, special=False)
     fim = session.fim_tokens
+    after = session.tokenize(win.after, add_bos=False, special=False) \
+        if mode == "fim" and fim is not None else []
+    if mode == "fim" and repository_layout(fim):
+        assert fim is not None
+        repo, current = _repository_head(session, fim, context, path)
+        head = [*bos, *repo, *current, fim.prefix, *before]
+        return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
+                                len(bos) + len(repo), healed, len(head), "repository")
+    tokens = cache.tokenize(session, context.text, special=False)
+    header = cache.tokenize(session, file_header(path), special=False)
     if mode == "fim" and fim is not None:
-        after = session.tokenize(win.after, add_bos=False, special=False)
-        if repository_layout(fim):
-            repo, current = _repository_head(session, fim, context, path)
-            head = [*bos, *repo, *current, fim.prefix, *before]
-            return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
-                                    len(bos) + len(repo), healed, len(head), "repository")
-        tokens = cache.tokenize(session, context.text, special=False)
-        header = cache.tokenize(session, file_header(path), special=False)
         head = [*bos, fim.prefix, *tokens, *header, *before]
         return CompletionPrompt([*head, fim.suffix, *after, fim.middle], "fim",
                                 len(bos) + 1 + len(tokens), healed, len(head))
-    tokens = cache.tokenize(session, context.text, special=False)
-    header = cache.tokenize(session, file_header(path), special=False)
     prompt = [*bos, *tokens, *header, *before]
     return CompletionPrompt(prompt, "prefix", len(bos) + len(tokens), healed, len(prompt))
 

@@ -293,8 +293,7 @@ class CompletionService:
         if job.label == JOB_LABEL or not self._live_unparked:
             return
         self._live_unparked = False
-        if session.capabilities.get("branches", False) and session.n_resident > 0:
-            session.branch_save(COMPLETION_BRANCH)
+        park_live_as(session, COMPLETION_BRANCH)
 
     # -- idle warm-up ------------------------------------------------------------------------
 
@@ -324,11 +323,7 @@ class CompletionService:
 
         def job(s: Session, j: Job) -> None:
             prompt = build_prompt(s, context, rel, win, mode)
-            park_chat(s, chat_target)
-            chunked_prefill(s, prompt.tokens[: prompt.code_end], j, lambda _pos: None,
-                            step=BACKGROUND_STEP)
-            s.branch_save(COMPLETION_BRANCH)
-            chunked_prefill(s, chat_target, j, lambda _pos: None)  # from its parked branch
+            warm_branch(s, j, prompt.tokens[: prompt.code_end], COMPLETION_BRANCH, chat_target)
             self._warmed = key
 
         return job
@@ -351,6 +346,24 @@ class CompletionService:
         out["residentBranches"] = branches
         out["fim"] = session is not None and session.fim_tokens is not None
         return out
+
+
+def park_live_as(session: Session, branch: str) -> None:
+    """Save the live sequence as ``branch`` (where the backend has branches and something is
+    resident): a ``before_job`` hook's work when another job takes the live sequence over."""
+    if session.capabilities.get("branches", False) and session.n_resident > 0:
+        session.branch_save(branch)
+
+
+def warm_branch(session: Session, job: Job, tokens: list[int], branch: str,
+                chat_target: list[int]) -> None:
+    """An idle warm-up (engine thread): park the chat prefix, prefill ``tokens`` as
+    background work, keep them as ``branch``, and give the live sequence back to the chat
+    prefix (restored from its parked branch)."""
+    park_chat(session, chat_target)
+    chunked_prefill(session, tokens, job, lambda _pos: None, step=BACKGROUND_STEP)
+    session.branch_save(branch)
+    chunked_prefill(session, chat_target, job, lambda _pos: None)
 
 
 def park_chat(session: Session, chat_target: list[int] | None) -> None:

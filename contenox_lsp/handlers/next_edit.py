@@ -9,7 +9,6 @@ gets an empty list, an empty list while the model loads, InvalidParams for bad p
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from lsprotocol import types
@@ -25,8 +24,6 @@ COPILOT_INLINE_EDIT = "textDocument/copilotInlineEdit"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 CMD_ACCEPT = "contenox.acceptNextEdit"
 CMD_REJECT = "contenox.rejectNextEdit"
-
-logger = logging.getLogger(__name__)
 
 
 def _empty() -> dict[str, Any]:

@@ -18,8 +18,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contenox_lsp.completion.service import CompletionHost, park_chat, repo_context
-from contenox_lsp.jobs import BACKGROUND_STEP, chunked_prefill
+from contenox_lsp.completion.service import (
+    CompletionHost,
+    park_chat,
+    park_live_as,
+    repo_context,
+    warm_branch,
+)
+from contenox_lsp.jobs import chunked_prefill
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import Replacement, apply, minimal_replacement, rewritten_region
 from contenox_lsp.next_edit.history import EditHistory
@@ -250,10 +256,7 @@ class NextEditService:
             return None
 
         def job(s: Session, j: Job) -> None:
-            park_chat(s, chat_target)
-            chunked_prefill(s, _tokens(s, head), j, lambda _pos: None, step=BACKGROUND_STEP)
-            s.branch_save(BRANCH)
-            chunked_prefill(s, chat_target, j, lambda _pos: None)  # from its parked branch
+            warm_branch(s, j, _tokens(s, head), BRANCH, chat_target)
             self._warmed = key
             self.stats.warmUps += 1
 
@@ -265,8 +268,7 @@ class NextEditService:
         if job.label == JOB_LABEL or not self._live_unparked:
             return
         self._live_unparked = False
-        if session.capabilities.get("branches", False) and session.n_resident > 0:
-            session.branch_save(BRANCH)
+        park_live_as(session, BRANCH)
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self.stats)
