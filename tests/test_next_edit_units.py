@@ -5,7 +5,7 @@ turned into one minimal replacement."""
 from __future__ import annotations
 
 from contenox_lsp.next_edit import layout as L
-from contenox_lsp.next_edit.edit import apply, minimal_replacement, rewritten_region
+from contenox_lsp.next_edit.edit import Replacement, apply, minimal_replacement, rewritten_region
 from contenox_lsp.next_edit.history import BURST_LINES, MAX_STEPS, PAUSE_S, EditHistory
 
 SOURCE = "def area(w, h):\n    return w * h\n\n\ndef volume(w, h, d):\n    return w * h * d\n"
@@ -146,9 +146,12 @@ def test_a_rewrite_becomes_one_minimal_replacement() -> None:
 
 def test_the_rewritten_region_ends_at_the_formats_end_text() -> None:
     assert rewritten_region("a\nb<|cursor|>\n<|file_sep|>x", ("<|file_sep|>",), 2) == "a\nb"
-    assert rewritten_region("a\nb\n\n# next", (L.BASE_END,), 2) == "a\nb"
-    assert rewritten_region("a", ("<|file_sep|>",), 2) is None  # unfinished: nothing
+    assert rewritten_region("a\nb\n```\n# next", (L.BASE_END,), 2) == "a\nb"
+    assert rewritten_region("a", ("<|file_sep|>",), 2, cut_short=True) is None  # unfinished
     assert rewritten_region("a\nb\nc", ("<|file_sep|>",), 2) == "a\nb\nc"  # ended by EOG
+    assert rewritten_region("a", ("<|file_sep|>",), 2) == "a"  # short, ended by EOG
+    # The budget ended it past the region: the region's lines of it.
+    assert rewritten_region("a\nb\nc\nd", ("<|file_sep|>",), 2, cut_short=True) == "a\nb"
 
 
 def test_the_zeta_layout_follows_zeds_prompt() -> None:
@@ -183,21 +186,21 @@ def test_the_format_comes_from_the_model_or_the_profile() -> None:
     assert L.choose_format("zeta", "gemma-3-270m", False) == ("zeta", "profile")
 
 
-def test_a_rewrite_that_stops_short_of_the_region_is_not_a_deletion() -> None:
-    from contenox_lsp.next_edit.service import truncated
+def test_a_rewrite_that_stops_short_of_the_region_keeps_the_rest_of_it() -> None:
+    from contenox_lsp.next_edit.service import splice
 
     lines = ("def area(w, height):", "    return width * height", "", "", "def volume():")
     region = L.Region("geo.py", 0, lines, (0, 10), lines)
     short = "def area(w, height):\n    return w * height"
-    rep = minimal_replacement(0, lines, short)
-    assert rep is not None and truncated(region, short, rep)
+    written, was_short = splice(region, short)
+    assert was_short and written.split("\n")[2:] == list(lines[2:])
+    rep = minimal_replacement(0, lines, written)
+    assert rep == Replacement((1, 12), (1, 16), "")  # "width" → "w", nothing deleted below
     full = "\n".join(lines).replace("width * height", "w * height")
-    rep = minimal_replacement(0, lines, full)
-    assert rep is not None and not truncated(region, full, rep)
+    assert splice(region, full) == (full, False)
 
 
 def test_only_an_insertion_at_the_cursor_is_offered_as_a_completion() -> None:
-    from contenox_lsp.next_edit.edit import Replacement
     from contenox_lsp.next_edit.service import NextEditService, Suggestion
 
     service = NextEditService(None)  # type: ignore[arg-type]  # the host is not used here

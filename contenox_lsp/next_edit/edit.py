@@ -18,16 +18,22 @@ class Replacement:
 
 
 def rewritten_region(raw: str, end_texts: tuple[str, ...], n_lines: int,
-                     begin_text: str = "") -> str | None:
+                     begin_text: str = "", cut_short: bool = False) -> str | None:
     """The region text a model wrote (``raw``, from after ``begin_text`` when it wrote that),
-    cut at the first end text; None when it did not finish the region (no end text and fewer
-    lines than the region)."""
+    cut at the first end text. ``cut_short``: the token or time budget ended the decoding, not
+    the model: without an end text the rewrite is then the region's line count of it, or None
+    when it did not get that far (unfinished)."""
     if begin_text and begin_text in raw:
         raw = raw[raw.index(begin_text) + len(begin_text):].removeprefix("\n")
     cut = min((i for i in (raw.find(t) for t in end_texts) if i >= 0), default=-1)
-    if cut < 0 and raw.count("\n") < n_lines:
-        return None
-    text = raw if cut < 0 else raw[:cut]
+    if cut >= 0:
+        text = raw[:cut]
+    elif cut_short:
+        if raw.count("\n") < n_lines:
+            return None
+        text = "\n".join(raw.split("\n")[:n_lines])  # it ran on past the region
+    else:
+        text = raw  # the model ended the text (end of generation)
     return text.replace(CURSOR, "").replace(ZETA_CURSOR, "").rstrip("\n")
 
 

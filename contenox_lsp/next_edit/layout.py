@@ -44,8 +44,8 @@ ZETA_CONTEXT_LINES = 20
 #: Lines of the region the model rewrites, above and below the cursor's line, per format.
 REGION_LINES = {"sweep": (3, 6), "zeta": (10, 10), "base": (3, 6)}
 FILE_SEP = "<|file_sep|>"
-#: ``base``: the rewrite ends where the document goes on with its next section.
-BASE_END = "\n\n# "
+#: ``base``: the region is a fenced block; the rewrite ends with the closing fence.
+BASE_END = "```"
 
 Pieces = list[tuple[str, bool]]  # (text, special): special pieces are marker tokens
 
@@ -152,13 +152,15 @@ def _zeta(steps: Sequence[Step], region: Region, text: str) -> Layout:
 
 def _base(files: Sequence[tuple[str, str]], window: tuple[str, str], steps: Sequence[Step],
           region: Region) -> Layout:
-    stable: Pieces = [("".join(f"# File: {p}\n{c}\n" for p, c in files)
-                       + f"# File: {window[0]}\n{window[1].rstrip()}\n\n", False)]
+    # Fenced code: a base model copies a fenced block faithfully and closes the fence.
+    stable: Pieces = [("".join(f"# File: {p}\n```\n{c.rstrip()}\n```\n\n" for p, c in files)
+                       + f"# File: {window[0]}\n```\n{window[1].rstrip()}\n```\n\n", False)]
     history: Pieces = [("# Recent edits (unified diffs, oldest first)\n", False)] if steps else []
-    history += [(step.unified(), False) for step in steps]
+    history += [(f"```diff\n{step.unified()}```\n", False) for step in steps]
     body = "\n".join(region.lines)
     tail: Pieces = [(f"\n# The code at the cursor in {region.path}, lines {region.span}, before "
-                     f"the next edit:\n{body}\n\n# The same lines after the next edit:\n", False)]
+                     f"the next edit:\n```\n{body}\n```\n\n"
+                     "# The same lines after the next edit:\n```\n", False)]
     return Layout(stable, history, tail, (BASE_END,))
 
 

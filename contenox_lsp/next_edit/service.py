@@ -47,7 +47,7 @@ class NextEditStats:
     accepted: int = 0
     rejected: int = 0
     reversals: int = 0
-    truncated: int = 0  # rewrites that stopped short of the region's end (not shown)
+    truncated: int = 0  # rewrites that ended before the region's end (the rest kept as is)
     skippedBusy: int = 0
     displayed: int = 0  # textDocument/didShowInlineEdit notifications
     lastLatencyMs: float | None = None
@@ -128,6 +128,11 @@ class NextEditService:
         lines = text.split("\n")
         start = max(0, line - above)
         end = min(len(lines), line + below + 1)
+        if fmt == "base":  # a base model drops blank lines at a fenced block's ends
+            while start < line and not lines[start].strip():
+                start += 1
+            while end > line + 1 and not lines[end - 1].strip():
+                end -= 1
         before = self.history.last_before(path)
         original = tuple(lines[start:end])
         if before is not None:  # the same span before the last step (its lines shift by delta)
@@ -161,7 +166,7 @@ class NextEditService:
         deadline = t0 + int(session.profile.get("next_edit.timeout_ms")) / 1000.0
         chat_target = rt.idle.target
 
-        def job(s: Session, j: Job) -> tuple[str, int, int, int, int]:
+        def job(s: Session, j: Job) -> tuple[str, int, bool, int, int, int]:
             st = self.stats
             head = _tokens(s, [*prompt.stable, *prompt.history])
             tokens = head + _tokens(s, prompt.region)
@@ -170,27 +175,27 @@ class NextEditService:
             park_chat(s, chat_target)
             self._live_unparked = True
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
-            raw, n = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
-                             prompt.end_texts, deadline)
+            raw, n, cut_short = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
+                                        prompt.end_texts, deadline)
             lookup = getattr(s, "last_lookup", None)
             if lookup is not None:
                 st.lookupDrafted += lookup.drafted
                 st.lookupAccepted += lookup.accepted
-            return raw, n, stats.new_tokens, stats.reused_tokens, len(tokens)
+            return raw, n, cut_short, stats.new_tokens, stats.reused_tokens, len(tokens)
 
-        raw, n, new, reused, total = await rt.run_user_job(job, JOB_LABEL)
+        raw, n, cut_short, new, reused, total = await rt.run_user_job(job, JOB_LABEL)
         st = self.stats
         st.lastLatencyMs = round((time.perf_counter() - t0) * 1000.0, 3)
         st.lastDecodeTokens, st.lastNewTokens, st.lastReusedTokens = n, new, reused
         st.lastPromptTokens = total
-        written = rewritten_region(raw, prompt.end_texts, len(region.lines), prompt.begin_text)
+        written = rewritten_region(raw, prompt.end_texts, len(region.lines), prompt.begin_text,
+                                   cut_short)
         if written is None:
             return None
+        written, short = splice(region, written)
+        st.truncated += short
         rep = minimal_replacement(region.start, region.lines, written)
         if rep is None:
-            return None
-        if truncated(region, written, rep):
-            st.truncated += 1
             return None
         undone = self.history.last_before(rel)
         if undone is not None and apply(text, rep) == undone:
@@ -281,11 +286,14 @@ class NextEditService:
         return out
 
 
-def truncated(region: L.Region, written: str, rep: Replacement) -> bool:
-    """The rewrite has fewer lines than the region and the edit runs to the region's last
-    line: the model ended the region early (base models do), it did not mean to delete."""
-    last = region.start + len(region.lines) - 1
-    return written.count("\n") + 1 < len(region.lines) and rep.end[0] >= last
+def splice(region: L.Region, written: str) -> tuple[str, bool]:
+    """(the rewrite, short): a rewrite that ended before the region's last line keeps the
+    rest of the region as it is (base models close the block once the change is written; a
+    next-edit model stops where the text re-joins the original)."""
+    lines = written.split("\n")
+    if len(lines) >= len(region.lines):
+        return written, False
+    return "\n".join([*lines, *region.lines[len(lines):]]), True
 
 
 def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
@@ -295,7 +303,9 @@ def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
 
 
 def _decode(session: Session, max_tokens: int, end_texts: tuple[str, ...],
-            deadline: float) -> tuple[str, int]:
+            deadline: float) -> tuple[str, int, bool]:
+    """(text, tokens, cut short): cut short when the budget (tokens, time) ended it rather than
+    an end text or the end of generation."""
     pieces: list[str] = []
     stream = session.stream(max_tokens=max_tokens, lookup=LOOKUP_TOKENS)
     n = 0
@@ -304,8 +314,10 @@ def _decode(session: Session, max_tokens: int, end_texts: tuple[str, ...],
             n += 1
             pieces.append(piece)
             tail = "".join(pieces[-8:])
-            if any(t in tail for t in end_texts) or time.perf_counter() >= deadline:
-                break
+            if any(t in tail for t in end_texts):
+                return "".join(pieces), n, False
+            if time.perf_counter() >= deadline:
+                return "".join(pieces), n, True
     finally:
         stream.close()
-    return "".join(pieces), n
+    return "".join(pieces), n, n >= max_tokens

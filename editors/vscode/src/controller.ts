@@ -33,6 +33,7 @@ import {
   type LaunchSpec,
   type Settings,
 } from './settings';
+import { NextEdits } from './nextEdit';
 import { AnswerPanel, ContextTreeProvider, type VSCodeApi } from './views';
 
 /** What the extension needs from a language client (the real one: vscode-languageclient). */
@@ -41,6 +42,7 @@ export interface LspClient {
   stop(): Promise<void>;
   isRunning(): boolean;
   sendRequest<R>(method: string, params: unknown, token?: vscode.CancellationToken): Promise<R>;
+  sendNotification(method: string, params: unknown): Promise<void>;
   /** Subscribe to `$/progress` notifications for `token` (partial results). */
   onProgress(token: string | number, handler: (value: unknown) => void): vscode.Disposable;
   onDidChangeState(listener: (running: boolean) => void): vscode.Disposable;
@@ -62,6 +64,8 @@ export interface Deps {
   createClient: ClientFactory;
   env: Record<string, string | undefined>;
   which?: (command: string, env: Record<string, string | undefined>, cwd?: string) => string | undefined;
+  /** The extension's folder (for the next-edit gutter icon). */
+  extensionUri?: vscode.Uri;
 }
 
 /** The extension's own command ids (never one of the server's SERVER_COMMANDS). */
@@ -76,6 +80,8 @@ export const COMMANDS = {
   restartServer: 'contenox.restartServer',
   showLog: 'contenox.showLog',
   newConversation: 'contenox.newConversation',
+  nextEditJumpOrApply: 'contenox.nextEdit.jumpOrApply',
+  nextEditDismiss: 'contenox.nextEdit.dismiss',
 } as const;
 
 export const CONTEXT_VIEW = 'contenox.context';
@@ -111,6 +117,7 @@ export class Contenox implements vscode.Disposable {
   readonly treeView: vscode.TreeView<unknown>;
   readonly statusItem: vscode.StatusBarItem;
   readonly answer: AnswerPanel;
+  readonly nextEdits: NextEdits;
   private readonly disposables: vscode.Disposable[] = [];
   private clientSubs: vscode.Disposable[] = [];
   private pollTimer: ReturnType<typeof setInterval> | undefined;
@@ -159,6 +166,20 @@ export class Contenox implements vscode.Disposable {
     reg(COMMANDS.restartServer, () => this.restart());
     reg(COMMANDS.showLog, () => this.output.show(true));
     reg(COMMANDS.newConversation, () => this.newConversation());
+    this.nextEdits = new NextEdits(vs, {
+      request: (method, params, token) =>
+        this.client?.isRunning() ? this.client.sendRequest(method, params, token) : undefined,
+      notify: (method, params) => {
+        if (this.client?.isRunning()) void this.client.sendNotification(method, params).catch(() => undefined);
+      },
+      enabled: () => vs.workspace.getConfiguration('contenox').get<boolean>('nextEdit.enabled', true),
+      isSynced: (doc) => this.isSynced(doc),
+      log: (message) => this.output.appendLine(message),
+      gutterIcon: deps.extensionUri && vs.Uri.joinPath(deps.extensionUri, 'media', 'next-edit.svg'),
+    });
+    this.disposables.push(this.nextEdits);
+    reg(COMMANDS.nextEditJumpOrApply, () => this.nextEdits.tab());
+    reg(COMMANDS.nextEditDismiss, () => this.nextEdits.dismiss());
 
     // Keep the context view current while it is visible: after edits (once the server's
     // debounce has passed), on editor switches, and when the status poll sees KV change.
@@ -621,8 +642,11 @@ function toRange(sel: vscode.Selection | vscode.Range): Range {
 }
 
 /** Activation with injected dependencies; returns the controller (also the extension's API). */
-export async function activateWith(deps: Deps, context: { subscriptions: { dispose(): unknown }[] }): Promise<Contenox> {
-  const contenox = new Contenox(deps);
+export async function activateWith(
+  deps: Deps,
+  context: { subscriptions: { dispose(): unknown }[]; extensionUri?: vscode.Uri },
+): Promise<Contenox> {
+  const contenox = new Contenox({ ...deps, extensionUri: deps.extensionUri ?? context.extensionUri });
   context.subscriptions.push({ dispose: () => { void contenox.stop(); contenox.dispose(); } });
   await contenox.start();
   return contenox;

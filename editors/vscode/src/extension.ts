@@ -109,6 +109,7 @@ function createClient(spec: LaunchSpec, hooks: ClientHooks): LspClient {
       token
         ? client.sendRequest<R>(method, params, token)
         : client.sendRequest<R>(method, params),
+    sendNotification: (method: string, params: unknown) => client.sendNotification(method, params),
     onProgress: (token, handler) => client.onProgress(partial, token, handler),
     onDidChangeState: (listener) =>
       client.onDidChangeState((e) => {

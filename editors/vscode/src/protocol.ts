@@ -44,6 +44,30 @@ export interface TextDocumentIdentifier {
   uri: string;
 }
 
+/** contenox/nextEdit params (Copilot's textDocument/copilotInlineEdit shape). */
+export interface NextEditParams {
+  textDocument: { uri: string; version: number };
+  position: Position;
+  context?: { triggerKind: number };
+}
+export interface Command {
+  title: string;
+  command: string;
+  arguments?: unknown[];
+}
+/** One suggested edit: replace `range` of the document (at `version`) with `text`. */
+export interface NextEditItem {
+  text: string;
+  textDocument: { uri: string; version?: number };
+  range: Range;
+  command?: Command;
+}
+export interface NextEditResult {
+  edits: NextEditItem[];
+}
+/** Copilot's notification that an inline edit was shown. */
+export const DID_SHOW_INLINE_EDIT = 'textDocument/didShowInlineEdit';
+
 export interface Segment {
   kind: string;
   label: string;

@@ -50,6 +50,40 @@ export class FakePosition {
   constructor(readonly line: number, readonly character: number) {}
 }
 
+export class FakeRange {
+  readonly start: FakePosition;
+  readonly end: FakePosition;
+  constructor(a: FakePosition | number, b: FakePosition | number, c?: number, d?: number) {
+    this.start = typeof a === 'number' ? new FakePosition(a, b as number) : a;
+    this.end = typeof a === 'number' ? new FakePosition(c as number, d as number) : (b as FakePosition);
+  }
+  get isEmpty(): boolean {
+    return this.start.line === this.end.line && this.start.character === this.end.character;
+  }
+}
+
+export class FakeMarkdownString {
+  value = '';
+  appendMarkdown(s: string) { this.value += s; return this; }
+  appendCodeblock(code: string, lang = '') { this.value += `\n\`\`\`${lang}\n${code}\n\`\`\`\n`; return this; }
+}
+
+/** A fake text document: lines of text, a version that counts edits. */
+export class FakeDocument {
+  version = 1;
+  constructor(readonly uri: FakeUri, readonly languageId: string, public lines: string[]) {}
+  getText(): string {
+    return this.lines.join('\n');
+  }
+  /** Replace `range` with `text` (what editor.edit and a user edit do). */
+  replace(range: FakeRange, text: string): void {
+    const all = this.getText();
+    const offset = (p: FakePosition) => this.lines.slice(0, p.line).reduce((n, l) => n + l.length + 1, 0) + p.character;
+    this.lines = (all.slice(0, offset(range.start)) + text + all.slice(offset(range.end))).split('\n');
+    this.version++;
+  }
+}
+
 export class FakeSelection {
   readonly start: FakePosition;
   readonly end: FakePosition;
@@ -122,6 +156,8 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
   const editorChanges = new FakeEventEmitter<any>();
   const configChanges = new FakeEventEmitter<any>();
   const progressRuns: { title: string; cancellable: boolean; cancel: () => void }[] = [];
+  const decorationTypes: { options: any; disposed: boolean }[] = [];
+  const contextKeys: Record<string, unknown> = {};
   const renderedMarkdown: string[] = [];
 
   const vscode = {
@@ -132,7 +168,10 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
     ThemeColor: FakeThemeColor,
     Uri: FakeUri,
     Position: FakePosition,
+    Range: FakeRange,
     Selection: FakeSelection,
+    MarkdownString: FakeMarkdownString,
+    OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
     TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
     StatusBarAlignment: { Left: 1, Right: 2 },
     ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
@@ -152,6 +191,11 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
         return treeView;
       },
       createStatusBarItem: () => statusItem,
+      createTextEditorDecorationType: (options: unknown) => {
+        const type = { options, disposed: false, dispose() { this.disposed = true; } };
+        decorationTypes.push(type);
+        return type;
+      },
       createWebviewPanel: (_type: string, title: string) => {
         const record: FakeWebviewPanel = {
           title, html: [], posted: [], disposed: false, messageListeners: [],
@@ -203,6 +247,10 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
       },
       executeCommand: async (id: string, ...args: unknown[]) => {
         executed.push({ id, args });
+        if (id === 'setContext') {
+          contextKeys[String(args[0])] = args[1];
+          return undefined;
+        }
         if (id === 'markdown.api.render') {
           renderedMarkdown.push(String(args[0]));
           return `<div class="md">${String(args[0])}</div>`;
@@ -213,18 +261,34 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
     },
   };
 
-  /** Put a file editor in front, with a selection (anchor → active). */
-  function openEditor(path: string, languageId = 'python', anchor: [number, number] = [0, 0], active: [number, number] = anchor) {
-    vscode.window.activeTextEditor = {
-      document: { uri: FakeUri.file(path), languageId },
+  /** Put a file editor in front, with a selection (anchor → active) and, optionally, its
+   * text. It records decorations (`decorations.get(type)`) and applies `edit` to the text. */
+  function openEditor(path: string, languageId = 'python', anchor: [number, number] = [0, 0], active: [number, number] = anchor, text = '') {
+    const decorations = new Map<unknown, any[]>();
+    const document = new FakeDocument(FakeUri.file(path), languageId, text.split('\n'));
+    const editor = {
+      document,
       selection: new FakeSelection(new FakePosition(...anchor), new FakePosition(...active)),
+      decorations,
+      revealed: [] as FakeRange[],
+      setDecorations: (type: unknown, items: any[]) => { decorations.set(type, items); },
+      revealRange: (r: FakeRange) => { editor.revealed.push(r); },
+      edit: async (fn: (b: { replace(r: FakeRange, t: string): void }) => void) => {
+        const edits: [FakeRange, string][] = [];
+        fn({ replace: (r, t) => { edits.push([r, t]); } });
+        for (const [r, t] of edits) document.replace(r, t);
+        docChanges.fire({ document, contentChanges: edits.map(([range, text]) => ({ range, text })) });
+        return true;
+      },
     };
+    vscode.window.activeTextEditor = editor;
+    return editor;
   }
 
   return {
     vscode, config, commands, executed, messages, inputAnswers, quickPicks, panels, output,
     statusItem, treeView, treeVisibility, docChanges, editorChanges, configChanges, progressRuns,
-    renderedMarkdown, openEditor,
+    renderedMarkdown, openEditor, decorationTypes, contextKeys,
     run: (id: string, ...args: unknown[]) => {
       const fn = commands.get(id);
       if (!fn) throw new Error(`command ${id} is not registered`);
@@ -250,6 +314,7 @@ export class FakeClient implements LspClient {
   startError: Error | undefined;
   lastError: (() => string | undefined) | undefined;
   sent: SentRequest[] = [];
+  notified: { method: string; params: any }[] = [];
   handlers: Record<string, (params: any, req: SentRequest) => unknown> = {};
   private progress = new NodeEmitter();
   private state = new FakeEventEmitter<boolean>();
@@ -275,6 +340,9 @@ export class FakeClient implements LspClient {
     const h = this.handlers[method];
     if (!h) throw Object.assign(new Error(`Unhandled method ${method}`), { code: -32601 });
     return (await h(params, req)) as R;
+  }
+  async sendNotification(method: string, params: unknown): Promise<void> {
+    this.notified.push({ method, params });
   }
   onProgress(token: string | number, handler: (value: unknown) => void) {
     const key = String(token);

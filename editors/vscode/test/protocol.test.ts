@@ -12,12 +12,14 @@ import { ProgressType } from 'vscode-languageserver-protocol/node';
 import { activateWith, COMMANDS, type Contenox } from '../src/controller';
 import { describeError, explainView, statusBarView } from '../src/format';
 import {
+  Methods,
   SERVER_COMMANDS,
   type AskResult,
   type ConversationClearResult,
   type ConversationListResult,
   type ConversationTurnsResult,
   type ExplainResult,
+  type NextEditResult,
   type StatusResult,
 } from '../src/protocol';
 import { createFakeVscode } from './fakes';
@@ -113,6 +115,29 @@ describe('real server (contenox-lsp over stdio)', { timeout: 900_000 }, () => {
       assert.ok(item.insertText.trim().length > 0, 'never whitespace only');
       assert.equal(item.command.command, 'contenox.acceptCompletion');
     }
+  });
+
+  test('contenox/nextEdit after an edit answers the edits list; a stale version gets none', { timeout: T }, async () => {
+    await waitReady();
+    const text = fs.readFileSync(path.join(ws, 'app.py'), 'utf8');
+    const change = (version: number, body: string) => server.conn.sendNotification('textDocument/didChange', {
+      textDocument: { uri: appUri, version }, contentChanges: [{ text: body }],
+    });
+    await change(2, text + '# done\n');
+    const at = { line: text.split('\n').length - 1, character: 6 };
+    const r = await req<NextEditResult>(Methods.nextEdit, {
+      textDocument: { uri: appUri, version: 2 }, position: at, context: { triggerKind: 2 },
+    });
+    assert.ok(Array.isArray(r.edits));
+    for (const e of r.edits) {
+      assert.equal(typeof e.text, 'string');
+      assert.deepEqual(e.textDocument, { uri: appUri, version: 2 });
+      assert.equal(e.command?.command, 'contenox.acceptNextEdit');
+    }
+    assert.deepEqual(await req(Methods.nextEdit, { textDocument: { uri: appUri, version: 1 }, position: at }), { edits: [] });
+    assert.deepEqual(await req('workspace/executeCommand', { command: 'contenox.rejectNextEdit', arguments: [{ id: 123456 }] }),
+      { counted: false });
+    await change(3, text);
   });
 
   test('contenox/explainContext returns the segment table', { timeout: T }, async () => {

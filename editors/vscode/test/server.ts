@@ -102,6 +102,7 @@ export function startServer(logFile: string): RunningServer {
     isRunning: () => running,
     sendRequest: <R>(method: string, params: unknown, token?: any) =>
       (token ? conn.sendRequest(method, params, token) : conn.sendRequest(method, params)) as Promise<R>,
+    sendNotification: (method: string, params: unknown) => conn.sendNotification(method, params),
     onProgress: (token, handler) => conn.onProgress(partial, token, handler),
     onDidChangeState: () => ({ dispose() {} }),
   };

@@ -638,6 +638,110 @@ describe('conversation', () => {
   });
 });
 
+describe('next edit', () => {
+  const TEXT = 'def add(first, b):\n    return a + b\n';
+  /** The server's answer: replace `a` on line 1 with `first` (for document version 2). */
+  const EDIT = {
+    text: 'first',
+    textDocument: { uri: FILE_URI, version: 2 },
+    range: { start: { line: 1, character: 11 }, end: { line: 1, character: 12 } },
+    command: { title: 'Accept next edit', command: 'contenox.acceptNextEdit', arguments: [{ id: 7 }] },
+  };
+  const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const pos = (p: { line: number; character: number }) => ({ line: p.line, character: p.character });
+
+  /** Activate, open app.py (version 1), type once (version 2): the request follows the quiet time. */
+  async function typed(answer: (params: any) => unknown = () => ({ edits: [EDIT] }), config: Record<string, unknown> = {}) {
+    const a = await activate({ config, setup: (c) => {
+      c.handlers['contenox/nextEdit'] = answer;
+      c.handlers['workspace/executeCommand'] = () => ({ counted: true });
+    } });
+    const editor = a.fake.openEditor(FILE, 'python', [0, 8], [0, 8], TEXT.replace('first', 'a'));
+    const doc = editor.document;
+    doc.replace(new (a.fake.vscode.Range as any)(0, 8, 0, 9), 'first');
+    a.fake.docChanges.fire({ document: doc, contentChanges: [{ text: 'first' }] });
+    return { ...a, editor, doc };
+  }
+  const requests = (c: FakeClient, method = 'contenox/nextEdit') => c.sent.filter((r) => r.method === method);
+
+  test('after an edit settles, one request at the cursor; the suggestion is drawn', async () => {
+    const { fake, client, contenox, editor } = await typed();
+    fake.docChanges.fire({ document: editor.document, contentChanges: [{ text: '' }] }); // typing goes on
+    await wait(600);
+    const sent = requests(client);
+    assert.equal(sent.length, 1, 'debounced: one request');
+    assert.deepEqual(sent[0].params, {
+      textDocument: { uri: FILE_URI, version: 2 }, position: { line: 0, character: 8 }, context: { triggerKind: 2 },
+    });
+    const [removed, inserted] = fake.decorationTypes;
+    assert.equal(removed.options.textDecoration, 'line-through');
+    const struck = editor.decorations.get(removed)!;
+    assert.deepEqual([pos(struck[0].range.start), pos(struck[0].range.end)], [{ line: 1, character: 11 }, { line: 1, character: 12 }]);
+    const ghost = editor.decorations.get(inserted)!;
+    assert.equal(ghost[0].renderOptions.after.contentText, 'first');
+    assert.deepEqual(pos(ghost[0].range.start), { line: 1, character: 12 });
+    assert.match(ghost[0].hoverMessage.value, /Tab jumps/);
+    assert.equal(fake.contextKeys['contenox.nextEditVisible'], true);
+    assert.deepEqual(client.notified, [{ method: 'textDocument/didShowInlineEdit', params: { item: EDIT } }]);
+    contenox.dispose();
+  });
+
+  test('Tab jumps to it, Tab again applies it and runs its accept command', async () => {
+    const { fake, client, contenox, editor, doc } = await typed();
+    await wait(600);
+    await fake.run(COMMANDS.nextEditJumpOrApply);
+    assert.deepEqual(pos(editor.selection.active), { line: 1, character: 11 }, 'jumped');
+    assert.equal(doc.getText(), TEXT.replace('first', 'first'), 'not applied yet');
+    await fake.run(COMMANDS.nextEditJumpOrApply);
+    assert.equal(doc.getText(), 'def add(first, b):\n    return first + b\n');
+    assert.equal(fake.contextKeys['contenox.nextEditVisible'], false);
+    assert.deepEqual(editor.decorations.get(fake.decorationTypes[0]), []);
+    assert.deepEqual(requests(client, 'workspace/executeCommand').map((r) => r.params),
+      [{ command: 'contenox.acceptNextEdit', arguments: [{ id: 7 }] }]);
+    assert.equal(await fake.run(COMMANDS.nextEditJumpOrApply), false, 'nothing shown: nothing to do');
+    contenox.dispose();
+  });
+
+  test('Esc dismisses it and tells the server; a change to the document hides it', async () => {
+    const { fake, client, contenox, editor, doc } = await typed();
+    await wait(600);
+    assert.equal(await fake.run(COMMANDS.nextEditDismiss), true);
+    assert.equal(contenox.nextEdits.current, undefined);
+    assert.deepEqual(requests(client, 'workspace/executeCommand').map((r) => r.params),
+      [{ command: 'contenox.rejectNextEdit', arguments: [{ id: 7 }] }]);
+    contenox.nextEdits.show(editor as any, EDIT, doc.version);
+    fake.docChanges.fire({ document: doc, contentChanges: [{ text: 'x' }] });
+    assert.equal(contenox.nextEdits.current, undefined, 'stale once the document changes');
+    assert.equal(fake.contextKeys['contenox.nextEditVisible'], false);
+    contenox.dispose();
+  });
+
+  test('an answer for an older version is not drawn; the setting turns requests off', async () => {
+    let editorRef: any;
+    const late = await typed(async () => {
+      editorRef.document.replace(new (late.fake.vscode.Range as any)(0, 0, 0, 0), '#'); // typed meanwhile
+      return { edits: [EDIT] };
+    });
+    editorRef = late.editor;
+    await wait(600);
+    assert.equal(requests(late.client).length, 1);
+    assert.equal(late.contenox.nextEdits.current, undefined, 'stale answer dropped');
+    late.contenox.dispose();
+    const off = await typed(undefined, { 'nextEdit.enabled': false });
+    await wait(600);
+    assert.equal(requests(off.client).length, 0);
+    off.contenox.dispose();
+  });
+
+  test('package.json binds Tab and Esc only while a suggestion is shown', () => {
+    const pkg = JSON.parse(fs.readFileSync(path.resolve('package.json'), 'utf8'));
+    const keys = pkg.contributes.keybindings.filter((k: { command: string }) => k.command.startsWith('contenox.nextEdit.'));
+    assert.deepEqual(keys.map((k: { key: string }) => k.key).sort(), ['escape', 'tab']);
+    for (const k of keys) assert.match(k.when, /^contenox\.nextEditVisible && /);
+    assert.equal(pkg.contributes.configuration.properties['contenox.nextEdit.enabled'].default, true);
+  });
+});
+
 describe('settings', () => {
   const env = { PATH: '/usr/bin' };
   test('default: contenox-lsp on PATH', () => {

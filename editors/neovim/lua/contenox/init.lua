@@ -24,6 +24,7 @@ M.start_error = nil ---@type string?
 ---@field status_interval_ms? integer how often the statusline polls contenox/status (0 = never)
 ---@field enable? boolean          call vim.lsp.enable('contenox') (default true)
 ---@field inline? contenox.InlineConfig|false  inline completion (ghost text); false = off
+---@field next_edit? contenox.NextEditConfig|false  next-edit suggestions; false = off
 M.defaults = {
   cmd = nil,
   filetypes = nil,
@@ -104,6 +105,9 @@ function M.setup(opts)
   end
   if cfg.inline ~= false then
     require('contenox.inline').setup(cfg.inline or {})
+  end
+  if cfg.next_edit ~= false then
+    require('contenox.next_edit').setup(cfg.next_edit or {})
   end
   return true
 end
