@@ -31,6 +31,13 @@ class TypingConfig:
 
 
 @dataclass(frozen=True)
+class NextEditConfig:
+    tasks: int = 3  # how many of the shipped tasks (data/next_edit_tasks.json) are replayed
+    settle_s: float = 30.0  # longest wait for the idle warm-up after a hunk (then it asks)
+    repo_map_tokens: int = 256
+
+
+@dataclass(frozen=True)
 class RestartConfig:
     sizes: tuple[int, ...] = (2048, 8192)  # stable-prefix tokens (repo map + pins)
     max_tokens: int = 8  # answer length (TTFT does not depend on it)
@@ -68,6 +75,7 @@ class BenchConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     typing: TypingConfig = field(default_factory=TypingConfig)
     restart: RestartConfig = field(default_factory=RestartConfig)
+    next_edit: NextEditConfig = field(default_factory=NextEditConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +129,7 @@ QUICK = replace(
     ),
     typing=TypingConfig(lines=2, repo_map_tokens=256),
     restart=RestartConfig(sizes=(768,)),
+    next_edit=NextEditConfig(tasks=1),
 )
 
 FULL = replace(

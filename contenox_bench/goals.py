@@ -27,6 +27,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _restart(sections.get("restart", {})),
         _remote(sections.get("remote", {})),
         _schedule(sections.get("schedule", {})),
+        *_next_edit(sections.get("next_edit", {})),
     ]
 
 
@@ -157,6 +158,42 @@ def _typing(sec: dict[str, Any]) -> list[dict[str, Any]]:
               f"median {new} tokens", {"median_new_tokens": new},
               f"{sec['typed_through']} of {sec['requests']} requests answered by "
               "typed-through without a model call"),
+    ]
+
+
+def _next_edit(sec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals of the next-edit trace (section 11)."""
+    texts = {
+        "next_edit_prefill": "next edit: median tokens prefilled ≤ the appended history step + "
+                             "region + 32",
+        "next_edit_latency": "next edit p50 latency ≤ 1.5 × (prefill of those tokens + decode "
+                             "of the output) on the same engine",
+        "next_edit_vs_lcp": "next edit p50 latency ≥ 3× lower than d (the same prompts on a "
+                            "longest-common-prefix session, no idle warm-up)",
+        "next_edit_lookup": "prompt-lookup decoding ≥ 2× the plain decode rate on the rewrites",
+    }
+    if sec.get("status") != "ok":
+        return [_not_measured(gid, text, sec) for gid, text in texts.items()]
+    pb, lk = sec["prefill_bound"], sec["lookup"]
+    over = sec["ratios"]["a_p50_over_expected"]
+    d_over_a = sec["ratios"]["d_p50_over_a_p50"]
+    speedup = lk["speedup"]
+    return [
+        _goal("next_edit_prefill", texts["next_edit_prefill"],
+              None if pb["median_over_bound"] is None else pb["median_over_bound"] <= 0,
+              f"median {_f(pb['median_new_tokens'], 0)} tokens, bound "
+              f"{_f(pb['median_bound'], 0)}", dict(pb)),
+        _goal("next_edit_latency", texts["next_edit_latency"],
+              None if over is None else over <= 1.5,
+              f"a p50 / expected p50 = {_f(over)} (expected "
+              f"{_f(sec['engine']['expected_p50_ms'])} ms)", dict(sec["engine"])),
+        _goal("next_edit_vs_lcp", texts["next_edit_vs_lcp"],
+              None if d_over_a is None else d_over_a >= 3.0,
+              f"d p50 / a p50 = {_f(d_over_a)}", {"d_over_a": d_over_a}),
+        _goal("next_edit_lookup", texts["next_edit_lookup"],
+              None if speedup is None else speedup >= 2.0,
+              f"{_f(speedup)}× ({lk['accepted']}/{lk['drafted']} drafted tokens accepted)",
+              dict(lk), f"{lk['differing_tokens']} tokens differ from the plain loop"),
     ]
 
 

@@ -101,13 +101,19 @@ class EditorClient:
 
     def did_change(self, path: Path, line: int, character: int, text: str) -> None:
         """Insert ``text`` at (line, character)."""
+        self.did_replace(path, (line, character), (line, character), text)
+
+    def did_replace(self, path: Path, start: tuple[int, int], end: tuple[int, int],
+                    text: str) -> None:
+        """Replace ``start``..``end`` (line, character) with ``text``."""
         self.versions[path] += 1
-        pos = types.Position(line=line, character=character)
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(
                 uri=path.as_uri(), version=self.versions[path]),
             content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(start=pos, end=pos), text=text)],
+                range=types.Range(start=types.Position(line=start[0], character=start[1]),
+                                  end=types.Position(line=end[0], character=end[1])),
+                text=text)],
         ))
 
     async def cursor_moved(self, path: Path, line: int, timeout: float = 120) -> list[Any]:

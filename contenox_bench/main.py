@@ -20,7 +20,7 @@ log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule")
+            "remote", "schedule", "next_edit")
 
 
 def _have_matplotlib() -> bool:
@@ -67,6 +67,7 @@ def run_bench(args: argparse.Namespace) -> int:
         curve,
         drift,
         goals,
+        next_edit_trace,
         plots,
         remote_bench,
         report,
@@ -101,7 +102,8 @@ def run_bench(args: argparse.Namespace) -> int:
                         + trace.planned_units(cfg) + scaling.planned_units(cfg)
                         + backends.planned_units(cfg) + drift.planned_units(cfg)
                         + typing_trace.planned_units(cfg) + restart.planned_units(cfg)
-                        + remote_bench.planned_units(cfg) + schedule.planned_units(cfg))
+                        + remote_bench.planned_units(cfg) + schedule.planned_units(cfg)
+                        + next_edit_trace.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -181,6 +183,8 @@ def run_bench(args: argparse.Namespace) -> int:
             run_section("typing", lambda: typing_trace.run(
                 cfg, profile, profile_file, out, tmp, progress))
             run_section("restart", lambda: restart.run(
+                cfg, profile, profile_file, out, tmp, progress))
+            run_section("next_edit", lambda: next_edit_trace.run(
                 cfg, profile, profile_file, out, tmp, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)

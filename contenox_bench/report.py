@@ -103,6 +103,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += _restart(s.get("restart", {"status": "not run"}))
     lines += remote_bench.markdown(s.get("remote", {"status": "not run"}))
     lines += schedule.markdown(s.get("schedule", {"status": "not run"}))
+    lines += _next_edit(s.get("next_edit", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)
@@ -358,6 +359,49 @@ def _typing(sec: dict[str, Any]) -> list[str]:
     e = sec["engine"]
     lines += ["", f"Engine costs from c: {e['prefill_ms_per_token']:.2f} ms per prefilled "
                   f"token, {e['decode_ms_per_token']:.2f} ms per decoded token.", ""]
+    return lines
+
+
+def _next_edit(sec: dict[str, Any]) -> list[str]:
+    title = "11. Next-edit trace: real commits replayed"
+    head = _status(title, sec)
+    if head:
+        return head
+    ev = sec["eval"]
+    lines = [
+        f"## {title}",
+        "",
+        f"{sec['tasks']} commit(s) of this repository (`contenox_bench/data/next_edit_tasks.json`) "
+        f"typed back hunk by hunk as an editor's edit stream, a `contenox/nextEdit` after each: "
+        f"{sec['requests']} requests, {sec['model_calls']} model calls, {sec['warm_requests']} "
+        f"after the idle warm-up. Suggestions shown {ev['shown']}, exact match with the next "
+        f"hunk {ev['exact']}/{ev['scored']}, reversals dropped {ev['reversals']} (the embedded "
+        "base model is not a next-edit model: these show the machinery, not the quality). "
+        "Latency: a client-side round trip; c, d: in-process prefill + decode of the same "
+        "number of tokens.",
+        "",
+    ]
+    rows = []
+    for key in ("a", "c", "d"):
+        x = sec[key]
+        rows.append([f"{key}. {sec['systems'][key]}", _stat(x["latency_ms"]),
+                     _stat(x["new_tokens"], _r0)])
+    lines += _table(["system", "latency ms (p50)", "tokens prefilled"], rows)
+    pb, e, lk = sec["prefill_bound"], sec["engine"], sec["lookup"]
+    lines += [
+        "",
+        f"Tokens prefilled by a (median) {_r0(pb['median_new_tokens'])} against the bound "
+        f"(region + the newest history step + 32) {_r0(pb['median_bound'])}. Engine costs from "
+        f"c: {e['prefill_ms_per_token']:.2f} ms per prefilled token, "
+        f"{e['decode_ms_per_token']:.2f} ms per decoded token.",
+        "",
+        f"Prompt lookup on c's prompts ({lk['tokens']} tokens decoded each way): "
+        f"{_r0(lk['plain_decode_ms'])} ms plain, {_r0(lk['lookup_decode_ms'])} ms with lookup "
+        f"({lk['speedup'] if lk['speedup'] is None else round(lk['speedup'], 2)}×), drafted "
+        f"{lk['drafted']}, accepted {lk['accepted']}; tokens that differ from the plain loop: "
+        f"{lk['differing_tokens']} (in {lk['requests_with_differences']} of the requests).",
+        "",
+    ]
     return lines
 
 

@@ -144,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     ctx.add_argument("--task", action="append", default=[], metavar="ID",
                      help="only this task (repeatable)")
     ctx.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
+    ne = ev_sub.add_parser(
+        "next-edit", help="replay commits through the server; exact-region match and reversals "
+                          "of its next-edit suggestions")
+    _add_common(ne)
+    ne.add_argument("--tasks", metavar="FILE", default=None,
+                    help="tasks JSON ({tasks: [{id, path, before, after}]}; default: the "
+                         "commits shipped in contenox_bench/data/next_edit_tasks.json)")
+    ne.add_argument("--task", action="append", default=[], metavar="ID",
+                    help="only this task (repeatable)")
+    ne.add_argument("--settle", type=float, default=30.0, metavar="S",
+                    help="longest wait for an edit to settle before each request (default 30)")
+    ne.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
 
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
@@ -327,6 +339,38 @@ def cmd_eval_context(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_eval_next_edit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from contenox_bench.edit_replay import load_tasks
+    from contenox_bench.next_edit_eval import format_table, run
+
+    if args.tasks is not None and not Path(args.tasks).is_file():
+        raise InputError(f"no such tasks file: {args.tasks}", tasks=str(args.tasks))
+    try:
+        tasks = load_tasks(Path(args.tasks) if args.tasks else None)
+    except ValueError as e:
+        raise InputError(str(e), tasks=str(args.tasks)) from e
+    if args.task:
+        unknown = sorted(set(args.task) - {t["id"] for t in tasks})
+        if unknown:
+            raise InputError(f"no such task: {', '.join(unknown)}", tasks=str(args.tasks))
+        tasks = [t for t in tasks if t["id"] in args.task]
+    if not 0 < args.settle <= 3600:
+        raise InputError("--settle must be in (0, 3600] seconds", settle=args.settle)
+    _load_profile(args)  # a bad profile or a missing model: the CLI's error, before a server
+    options: dict[str, Any] = {"logLevel": "warning"}
+    profile, model = getattr(args, "profile", None), getattr(args, "model", None)
+    if profile:
+        options["profile"] = str(Path(profile).resolve())
+    if model:
+        options["model"] = model if model.startswith("embedded:") else str(Path(model).resolve())
+    doc = run(tasks, Path(args.out), options, args.settle)
+    sys.stdout.write(format_table(doc))
+    print(f"wrote {Path(args.out) / 'next-edit-eval.json'}", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from contenox_bench import run_bench
 
@@ -405,6 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_model_info(args)
             return cmd_model_convert(args)
         if args.command == "eval":
+            if args.eval_command == "next-edit":
+                return cmd_eval_next_edit(args)
             return cmd_eval_context(args)
     except (EngineError, InputError) as exc:
         _print_error(exc, getattr(args, "json", False))

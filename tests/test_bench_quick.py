@@ -17,11 +17,12 @@ import pytest
 pytest.importorskip("matplotlib")
 
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule")
+            "remote", "schedule", "next_edit")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
          "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft",
-         "engine_vs_llama_server", "exact_schedule_speed"}
+         "engine_vs_llama_server", "exact_schedule_speed", "next_edit_prefill",
+         "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -145,6 +146,33 @@ def test_quick_report_typing_section(quick_report: tuple[Path, dict[str, Any], s
 
 
 @pytest.mark.timeout(3600)
+def test_quick_report_next_edit_section(quick_report: tuple[Path, dict[str, Any], str]) -> None:
+    """A real commit replayed through the real server, a next-edit request after each hunk;
+    the three systems on the same prompts, prompt lookup against the plain loop (structure
+    and token counts, never timings)."""
+    _, r, _ = quick_report
+    sec = r["sections"]["next_edit"]
+    assert sec["status"] == "ok", sec["status"]
+    assert sec["tasks"] == 1 and sec["requests"] >= 2 and sec["model_calls"] == sec["requests"]
+    for key in ("a", "c", "d"):
+        lat = sec[key]["latency_ms"]
+        assert _is_stat(lat) and lat["n"] == sec["model_calls"]
+    # After the idle warm-up a request prefills the region, not the whole prompt (what c does).
+    assert sec["warm_requests"] >= 1
+    assert sec["a"]["new_tokens"]["min"] < sec["c"]["new_tokens"]["min"]
+    assert sec["c"]["new_tokens"]["min"] == sec["a"]["prompt_tokens"]["min"]
+    lk = sec["lookup"]
+    assert lk["drafted"] > 0 and 0 < lk["accepted"] <= lk["drafted"]
+    assert sec["a"]["lookup_drafted"] > 0  # the server decodes with prompt lookup too
+    assert len(lk["first_differences"]) == sec["model_calls"]
+    assert sec["server_next_edit_status"]["format"] == "base"
+    ids = {g["id"]: g for g in r["goals"]}
+    for gid in ("next_edit_prefill", "next_edit_latency", "next_edit_vs_lcp",
+                "next_edit_lookup"):
+        assert ids[gid]["status"] in ("met", "not met"), ids[gid]
+
+
+@pytest.mark.timeout(3600)
 def test_quick_report_restart_section(quick_report: tuple[Path, dict[str, Any], str]) -> None:
     """A restarted server restores the stable prefix its predecessor saved; a cold start has
     nothing; a follow-up reuses the earlier turn (structure and token counts, never timings)."""
@@ -251,6 +279,7 @@ def test_quick_report_on_the_openvino_backend(tmp_path: Path, ov_model_dir: Path
     assert failed.pop("schedule", "").startswith("not applicable: ")
     assert failed.pop("typing", "").startswith("not applicable: ")
     assert failed.pop("restart", "").startswith("not applicable: ")
+    assert failed.pop("next_edit", "").startswith("not applicable: ")
     assert not failed, failed
 
     rt = r["sections"]["runtime"]

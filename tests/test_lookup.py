@@ -57,6 +57,23 @@ def test_lookup_decoding_is_warm_equals_cold(
     assert cold[0] == plain[0] and len(cold) == len(plain)
 
 
+def test_a_stream_stopped_early_still_reports_its_lookup(
+        llama_session: Any, prompt: list[int]) -> None:
+    """A consumer that stops at a stop text closes the stream before its end: the drafted
+    and accepted counts so far are still there."""
+    s = llama_session
+    s.reset()
+    s.prefill(prompt)
+    stream = s.stream(max_tokens=96, lookup=8)
+    seen = ""
+    for piece in stream:
+        seen += piece
+        if len(seen) > 200:
+            break
+    stream.close()
+    assert s.last_lookup is not None and s.last_lookup.accepted > 0
+
+
 def test_no_rejected_draft_stays_in_the_cache(llama_session: Any, prompt: list[int]) -> None:
     """After a lookup generation the live sequence is exactly prompt + kept tokens: a longer
     prompt that extends it is reused and gives its cold run's logits and tokens."""

@@ -113,6 +113,21 @@ async def test_the_copilot_alias_answers_in_the_same_shape(client: LanguageClien
     assert (await status(client))["requests"] == 4
 
 
+async def test_include_prompt_returns_the_prompt_the_model_saw(client: LanguageClient) -> None:
+    out: dict[str, Any] = await raw_request(client, "contenox/nextEdit", {
+        "textDocument": {"uri": client.doc_uri, "version": 4},  # type: ignore[attr-defined]
+        "position": {"line": 4, "character": 12}, "includePrompt": True}, timeout=300)
+    prompt = out["prompt"]
+    assert set(prompt) == {"stable", "history", "region"}
+    region = "".join(text for text, _special in prompt["region"])
+    assert "def volume(w, height, depth):" in region  # the document as it is now
+    assert any("volume(w" in text for text, _ in prompt["history"])  # the step that did it
+    with pytest.raises(JsonRpcInvalidParams):
+        await raw_request(client, "contenox/nextEdit", {
+            "textDocument": {"uri": client.doc_uri},  # type: ignore[attr-defined]
+            "position": {"line": 0, "character": 0}, "includePrompt": "yes"})
+
+
 async def test_a_stale_version_gets_nothing_and_bad_input_is_invalid_params(
         client: LanguageClient, workspace: Path) -> None:
     before = (await status(client))["requests"]

@@ -211,3 +211,25 @@ def test_only_an_insertion_at_the_cursor_is_offered_as_a_completion() -> None:
     assert service.insertion_at("other.py", 7, 4, 8) is None
     service.shown = Suggestion(4, "geo.py", Replacement((4, 8), (4, 9), "eight"), version=7)
     assert service.insertion_at("geo.py", 7, 4, 8) is None  # replaces text: not ghost text
+
+
+def test_a_rewrite_that_rejoins_the_region_after_its_change_is_complete() -> None:
+    """Decoding stops once the rewrite has changed something and then matched the region again
+    for two complete lines: the rest of the region is spliced on unchanged."""
+    from contenox_lsp.next_edit.edit import rejoined
+
+    region = ("def area(w, h):", "    total = w * h", "    print(total)", "    return total",
+              "", "def volume(w, h, d):", "    return area(w, h) * d")
+    # Nothing changed yet: go on.
+    assert rejoined(region, "def area(w, h):\n    total = w * h\n    print(total)\n") is None
+    changed = "def area(width, h):\n"
+    assert rejoined(region, changed) is None  # the change, no run after it yet
+    assert rejoined(region, changed + "    total = w * h\n") is None  # one line is not a run
+    whole = rejoined(region, changed + "    total = w * h\n    print(total)\n    ret")
+    assert whole == "\n".join(("def area(width, h):", *region[1:]))
+    # A deleted line: the run matches the region further down.
+    gone = "def area(w, h):\n    total = w * h\n    return total\n\ndef volume(w, h, d):\n"
+    assert rejoined(region, gone) == "\n".join(
+        (*region[:2], *region[3:]))
+    # A run of blanks and brackets is not evidence of a re-join.
+    assert rejoined(("x = f(", ")", "", "y = 1"), "x = g(\n)\n\n") is None

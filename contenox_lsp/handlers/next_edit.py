@@ -16,6 +16,7 @@ from lsprotocol import types
 from contenox_lsp import params as P
 from contenox_lsp.handlers.common import run_cancellable, single_arg
 from contenox_lsp.handlers.completion import column, document_request
+from contenox_lsp.next_edit.layout import Layout
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 
@@ -32,6 +33,9 @@ def _empty() -> dict[str, Any]:
 
 async def next_edit(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     req = document_request(ls, params, NEXT_EDIT)
+    include_prompt = params.get("includePrompt") if isinstance(params, dict) else None
+    if include_prompt is not None and not isinstance(include_prompt, bool):
+        raise P.invalid("params.includePrompt must be a boolean")
     if not req.current:
         return _empty()  # the document changed since the client asked
     rt = ls.runtime
@@ -59,21 +63,33 @@ async def next_edit(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     finally:
         if service.task is task:
             service.task = None
+    out = _empty()
+    if include_prompt and service.last_layout is not None:
+        out["prompt"] = _prompt_view(service.last_layout)
     if found is None:
-        return _empty()
+        return out
     codec = ls.workspace.position_codec
     rng = codec.range_to_client_units(lines, types.Range(
         start=types.Position(line=found.replacement.start[0],
                              character=found.replacement.start[1]),
         end=types.Position(line=found.replacement.end[0], character=found.replacement.end[1])))
-    return {"edits": [{
+    out["edits"] = [{
         "text": found.replacement.text,
         "textDocument": {"uri": req.uri, "version": doc.version},
         "range": {"start": {"line": rng.start.line, "character": rng.start.character},
                   "end": {"line": rng.end.line, "character": rng.end.character}},
         "command": {"title": "Accept next edit", "command": CMD_ACCEPT,
                     "arguments": [{"id": found.id}]},
-    }]}
+    }]
+    return out
+
+
+def _prompt_view(layout: Layout) -> dict[str, Any]:
+    """The prompt the model saw, in its three parts (``includePrompt``: for benchmarks and
+    debugging): each a list of ``[text, special]`` pieces."""
+    return {"stable": [list(p) for p in layout.stable],
+            "history": [list(p) for p in layout.history],
+            "region": [list(p) for p in layout.region]}
 
 
 def did_show_inline_edit(ls: ContenoxServer, params: Any) -> None:

@@ -37,6 +37,32 @@ def rewritten_region(raw: str, end_texts: tuple[str, ...], n_lines: int,
     return text.replace(CURSOR, "").replace(ZETA_CURSOR, "").rstrip("\n")
 
 
+#: Complete lines of the rewrite that must match the region again, after a change, before
+#: decoding stops early (and what they say must be more than brackets and blanks).
+REJOIN_LINES = 2
+REJOIN_MIN_CHARS = 8
+
+
+def rejoined(region: tuple[str, ...], written: str) -> str | None:
+    """The whole rewrite when the text written so far has changed the region and then re-joined
+    it for ``REJOIN_LINES`` complete lines (the rest of the region is taken as unchanged, so
+    decoding can stop); None while that is not so. Cursor markers are ignored."""
+    full = written.replace(CURSOR, "").replace(ZETA_CURSOR, "").split("\n")[:-1]
+    if len(full) < REJOIN_LINES:
+        return None
+    first = next((i for i, line in enumerate(full) if i >= len(region) or line != region[i]),
+                 None)
+    if first is None or len(full) - REJOIN_LINES < first:
+        return None  # nothing changed yet, or the run overlaps the change
+    tail = full[-REJOIN_LINES:]
+    if len("".join(tail).strip()) < REJOIN_MIN_CHARS:
+        return None
+    for j in range(first + 1, len(region) - REJOIN_LINES + 1):
+        if list(region[j:j + REJOIN_LINES]) == tail:
+            return "\n".join([*full, *region[j + REJOIN_LINES:]])
+    return None
+
+
 def minimal_replacement(start_line: int, lines: tuple[str, ...], new: str) -> Replacement | None:
     """The smallest replacement that turns the region (``lines`` from ``start_line``) into
     ``new``; None when nothing changes or only whitespace does."""

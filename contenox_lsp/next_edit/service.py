@@ -27,7 +27,13 @@ from contenox_lsp.completion.service import (
 )
 from contenox_lsp.jobs import chunked_prefill
 from contenox_lsp.next_edit import layout as L
-from contenox_lsp.next_edit.edit import Replacement, apply, minimal_replacement, rewritten_region
+from contenox_lsp.next_edit.edit import (
+    Replacement,
+    apply,
+    minimal_replacement,
+    rejoined,
+    rewritten_region,
+)
 from contenox_lsp.next_edit.history import EditHistory
 from contenox_lsp.worker import Job, Priority
 from contextasm.tokens import default_token_cache
@@ -98,6 +104,7 @@ class NextEditService:
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a hash)
         self.task: asyncio.Task[Any] | None = None  # the request in flight (cancel-previous)
         self.superseded: asyncio.Task[Any] | None = None
+        self.last_layout: L.Layout | None = None  # the last request's prompt (includePrompt)
 
     def format_for(self, session: Session) -> tuple[str, str]:
         """(format, why) for the loaded model; worked out once per session (the model's
@@ -162,6 +169,7 @@ class NextEditService:
         win = self._window(rel, text, line)
         region = self._region(fmt, rel, text, line, column)
         prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(), region, text)
+        self.last_layout = prompt
         max_tokens = int(session.profile.get("next_edit.max_tokens"))
         deadline = t0 + int(session.profile.get("next_edit.timeout_ms")) / 1000.0
         chat_target = rt.idle.target
@@ -176,7 +184,7 @@ class NextEditService:
             self._live_unparked = True
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
             raw, n, cut_short = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
-                                        prompt.end_texts, deadline)
+                                        prompt, region.lines, deadline)
             lookup = getattr(s, "last_lookup", None)
             if lookup is not None:
                 st.lookupDrafted += lookup.drafted
@@ -302,20 +310,30 @@ def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
                                                                    special=special)]
 
 
-def _decode(session: Session, max_tokens: int, end_texts: tuple[str, ...],
+def _decode(session: Session, max_tokens: int, prompt: L.Layout, region: tuple[str, ...],
             deadline: float) -> tuple[str, int, bool]:
     """(text, tokens, cut short): cut short when the budget (tokens, time) ended it rather than
-    an end text or the end of generation."""
+    an end text, the end of generation or the rewrite re-joining the region after a change
+    (then the text is the whole rewrite, the rest of the region spliced on, and an end text)."""
     pieces: list[str] = []
     stream = session.stream(max_tokens=max_tokens, lookup=LOOKUP_TOKENS)
     n = 0
+    end = prompt.end_texts[0]
     try:
         for piece in stream:
             n += 1
             pieces.append(piece)
             tail = "".join(pieces[-8:])
-            if any(t in tail for t in end_texts):
+            if any(t in tail for t in prompt.end_texts):
                 return "".join(pieces), n, False
+            if "\n" in piece:
+                text = "".join(pieces)
+                if prompt.begin_text and prompt.begin_text in text:
+                    text = text[text.index(prompt.begin_text) + len(prompt.begin_text):]
+                    text = text.removeprefix("\n")
+                whole = rejoined(region, text)
+                if whole is not None:
+                    return whole + "\n" + end, n, False
             if time.perf_counter() >= deadline:
                 return "".join(pieces), n, True
     finally:

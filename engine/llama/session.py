@@ -843,6 +843,9 @@ class LlamaSession(SessionBase):
                 self.profile.get("sampler.repeat_penalty")) == 1.0
             lookup = min(lookup, self._batch_capacity - 1) if greedy else 0
             index = NgramIndex(self._tokens) if lookup else None
+            # Kept current as it goes: a consumer that stops early (a stop text) closes the
+            # generator before its end.
+            self.last_lookup = LookupStats(0, 0) if lookup else None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             out_tokens: list[int] = []
             pieces: list[str] = []
@@ -911,6 +914,7 @@ class LlamaSession(SessionBase):
                         stop = True
                         break
                 accepted += kept
+                self.last_lookup = LookupStats(drafted, accepted)
                 # The rejected part of the draft leaves the KV cache.
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, len(self._tokens), -1)
                 if stop:
@@ -922,7 +926,6 @@ class LlamaSession(SessionBase):
                 yield tail
             decode_ms = (time.perf_counter() - t_first) * 1000.0 if t_first else 0.0
             n = len(out_tokens)
-            self.last_lookup = LookupStats(drafted, accepted) if lookup else None
             result = GenerateResult(
                 tokens=out_tokens,
                 text="".join(pieces),
