@@ -27,13 +27,13 @@ from contenox_bench.edit_replay import load_tasks
 from contenox_bench.next_edit_eval import run_replay, summarize
 from contenox_bench.progress import Progress
 from contenox_bench.stats import ratio, summary
+from contenox_lsp.next_edit.service import LOOKUP_TOKENS
 
 SYSTEMS = {
     "a": "contenox, next edit on the warm session (idle warm-up up to the region)",
     "c": "fresh context per request (same prompts)",
     "d": "longest-common-prefix session, same prompts, no idle warm-up",
 }
-LOOKUP_TOKENS = 8  # the server's draft length (contenox_lsp.next_edit.service)
 
 
 def planned_units(cfg: BenchConfig) -> int:

@@ -104,8 +104,10 @@ def background_prefill(target: list[int], progress: Reporter | None
 
 def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
            t0: float, stop: Sequence[str] = (), lead: str = "",
-           opening: Sequence[str] = ()) -> DecodeStats:
-    """Stream up to ``max_tokens`` tokens; ``emit`` gets each text piece as it is decoded.
+           opening: Sequence[str] = (), lookup: int = 0) -> DecodeStats:
+    """Stream up to ``max_tokens`` tokens; ``emit`` gets each text piece as it is decoded;
+    ``lookup``: prompt-lookup draft length (0 = the plain loop; for answers that rewrite code
+    the prompt holds).
 
     ``ttft_ms`` is measured from ``t0`` (when the server received the request, so it includes
     assembly and prefill)."""
@@ -118,7 +120,8 @@ def decode(session: Session, max_tokens: int, emit: Callable[[str], None],
         if piece:
             emit(piece)
 
-    result = drain(session.stream(max_tokens=max_tokens), on_piece, stop, lead, opening)
+    result = drain(session.stream(max_tokens=max_tokens, lookup=lookup), on_piece, stop, lead,
+                   opening)
     t_end = time.perf_counter()
     return DecodeStats(
         text=result.text,

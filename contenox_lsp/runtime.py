@@ -337,8 +337,10 @@ class Runtime:
         max_tokens: int,
         on_piece: Callable[[str], None] | None = None,
         work: Reporter | None = None,
+        lookup: int = 0,
     ) -> dict[str, Any]:
-        """Assemble, prefill (reusing KV), decode; returns {text, metrics}.
+        """Assemble, prefill (reusing KV), decode (``lookup``: prompt-lookup draft length, for
+        answers that rewrite code the prompt holds); returns {text, metrics}.
 
         Cancelling the awaiting task cancels the engine job (within one batch/token).
         """
@@ -368,7 +370,7 @@ class Runtime:
                 if work is not None:
                     work.report(len(tokens), len(tokens), "generating")
                 return stats, decode(session, max_tokens, emit, t0, fmt.stop, lead,
-                                     fmt.opening)
+                                     fmt.opening, lookup)
 
             stats, gen = await self.run_user_job(fn, "ask")
         finally:

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIN_NGRAM, MAX_NGRAM = 2, 4
+#: Draft length for rewrites (next edits, fixes): they mostly copy text the prompt holds.
+#: Measured on 2 cores with the embedded model: 16 tokens ~2.5x the plain decode rate, 8 ~1.6x.
+REWRITE_DRAFT_TOKENS = 16
 
 
 class NgramIndex:

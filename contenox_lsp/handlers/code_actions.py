@@ -28,6 +28,7 @@ from contenox_lsp.handlers.common import (
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 from contenox_lsp.turn import TurnSpec, line_span
+from engine.lookup import REWRITE_DRAFT_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,9 @@ async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     outputs = (("diagnostics", where, f"line {first + 1}: {diag.message}"),)
     turn = turn_for(ls, path, lines_rng, lines_rng.start, question, outputs)
     turn = _with_selection(turn, line_span(text, first, last))
-    out = await run_cancellable(ls, runtime(ls).run_prompt(turn, ls.options.max_tokens))
+    # The fix rewrites the selected lines: prompt lookup drafts them from the prompt.
+    out = await run_cancellable(ls, runtime(ls).run_prompt(turn, ls.options.max_tokens,
+                                                           lookup=REWRITE_DRAFT_TOKENS))
     code = first_code_block(out["text"])
     if code is None:
         ls.show("Contenox: the answer has no code block; nothing applied.\n\n" + out["text"])

@@ -38,12 +38,13 @@ from contenox_lsp.next_edit.history import EditHistory
 from contenox_lsp.worker import Job, Priority
 from contextasm.tokens import default_token_cache
 from engine import Session
+from engine.lookup import REWRITE_DRAFT_TOKENS
 
 JOB_LABEL = "next_edit"
 BRANCH = "next_edit"
 WINDOW_LINES = 60  # lines of the file window each side of the cursor
 MAX_EXTRA_TOKENS = 48  # decode budget beyond the region's own tokens
-LOOKUP_TOKENS = 8  # prompt-lookup draft length: a rewrite mostly copies the region
+LOOKUP_TOKENS = REWRITE_DRAFT_TOKENS  # prompt-lookup drafts: a rewrite mostly copies the region
 
 
 @dataclass
