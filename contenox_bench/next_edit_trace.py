@@ -27,7 +27,7 @@ from contenox_bench.edit_replay import load_tasks
 from contenox_bench.next_edit_eval import run_replay, summarize
 from contenox_bench.progress import Progress
 from contenox_bench.stats import ratio, summary
-from contenox_lsp.next_edit.service import LOOKUP_TOKENS
+from engine.lookup import REWRITE_DRAFT_TOKENS as LOOKUP_TOKENS
 
 SYSTEMS = {
     "a": "contenox, next edit on the warm session (idle warm-up up to the region)",
