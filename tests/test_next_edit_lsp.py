@@ -5,6 +5,7 @@ accept/reject commands and the status counters."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from test_lsp_support import (
     wait_until,
     wait_warm,
 )
+
+from contenox_lsp.next_edit.history import PAUSE_S
 
 SOURCE = ("def area(width, height):\n    return width * height\n\n\n"
           "def volume(width, height, depth):\n    return width * height * depth\n")
@@ -80,9 +83,10 @@ async def test_an_edit_then_a_next_edit_request_prefills_only_what_it_appended(
     st = await status(client)
     assert st["requests"] == 1 and st["format"] == "base"
     assert st["historySteps"] == 1 and st["lastDecodeTokens"] >= 1
-    # One more keystroke in the same word, after the pause the answer took: a new history
+    # One more keystroke in the same word after a pause (a pause ends a step): a new history
     # step. The repository part, the file window and the first step stay; the new step and
     # the region are prefilled.
+    await asyncio.sleep(PAUSE_S + 0.2)
     change_doc(client, uri, 3, [(0, 10, 0, 10, "d")])
     await next_edit(client, 0, 11, version=3)
     st = await status(client)
