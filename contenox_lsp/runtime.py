@@ -21,18 +21,22 @@ from lsprotocol import types
 
 from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.code_segment import CodeBudget, SteadyRate
-from contenox_lsp.completion.service import CompletionService
+from contenox_lsp.completion.service import COMPLETION_BRANCH, CompletionService
+from contenox_lsp.completion.service import JOB_LABEL as COMPLETION_LABEL
 from contenox_lsp.context import ContextService
 from contenox_lsp.conversations import Conversations, prompt_outputs
 from contenox_lsp.errors import ServerError, from_exception
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import chunked_prefill, decode
+from contenox_lsp.next_edit.service import BRANCH as NEXT_EDIT_BRANCH
+from contenox_lsp.next_edit.service import JOB_LABEL as NEXT_EDIT_LABEL
 from contenox_lsp.next_edit.service import NextEditService
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.rate_memory import FILE_NAME as RATES_FILE
 from contenox_lsp.rate_memory import load_rate, rate_key, store_rate
+from contenox_lsp.residency import Residency
 from contenox_lsp.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
@@ -104,10 +108,14 @@ class Runtime:
         self.idle = IdlePrefill(self.worker, self.assemble_idle, notifier,
                                 debounce_ms=options.debounce_ms,
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots)
+        # What stays resident beside the chat prefix: registered in warm-up order.
+        self.residency = Residency()
         self.completion = CompletionService(self)
         self.next_edit = NextEditService(self)
-        self.idle.after_warm = self._after_warm
-        self.worker.before_job = self._park_live
+        self.residency.register(COMPLETION_BRANCH, COMPLETION_LABEL, self.completion.warm_up)
+        self.residency.register(NEXT_EDIT_BRANCH, NEXT_EDIT_LABEL, self.next_edit.warm_up)
+        self.idle.after_warm = self.residency.after_warm
+        self.worker.before_job = self.residency.before_job
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
         self.last_cursor: tuple[Path, int] | None = None
@@ -115,26 +123,6 @@ class Runtime:
         incremental edit, or the last ask's position. The idle prefill warms the cursor
         context there, so an ask at that line prefills only its question."""
         self.start_task: asyncio.Future[None] | None = None
-
-    def _after_warm(self) -> Callable[[Session, Job], None] | None:
-        """The idle prefill's warm-ups once the chat prefix is resident: the completion
-        prompt, then the next-edit prompt (each parks its branch and restores the chat)."""
-        steps = [step for step in (self.completion.warm_up(), self.next_edit.warm_up())
-                 if step is not None]
-        if not steps:
-            return None
-
-        def run(session: Session, job: Job) -> None:
-            for step in steps:
-                step(session, job)
-
-        return run
-
-    def _park_live(self, session: Session, job: Job) -> None:
-        """Before a job, the live sequence's owner (a completion or a next edit, whichever
-        ran last) parks it as its branch, unless the job is its own kind."""
-        self.completion.park_live(session, job)
-        self.next_edit.park_live(session, job)
 
     async def start(self) -> None:
         self.worker.start()  # the model loads on the engine thread while we index

@@ -247,6 +247,7 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     import asyncio
     from types import SimpleNamespace
 
+    from contenox_lsp.residency import Residency
     from contenox_lsp.worker import Job, Priority
 
     s = llama_session
@@ -258,11 +259,14 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     async def run_user_job(fn: Any, label: str) -> Any:
         return fn(s, Job(fn=fn, priority=Priority.USER, label=label))
 
+    residency = Residency()
     host = SimpleNamespace(
         worker=SimpleNamespace(session=s, busy_with=None),
         idle=SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),
+        residency=residency,
         session=session, run_user_job=run_user_job, repo_name=lambda: "ws")
     service = CompletionService(host)  # type: ignore[arg-type]
+    residency.register("completion", "completion", service.warm_up)
     ask = Job(fn=lambda *_: None, priority=Priority.USER, label="ask")
 
     def complete(column: int) -> None:
@@ -274,13 +278,13 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     complete(4)
     complete(5)
     assert "completion" not in {b.name for b in s.branches()}  # nothing copied per keystroke
-    service.park_live(s, Job(fn=lambda *_: None, priority=Priority.USER, label="completion"))
+    residency.before_job(s, Job(fn=lambda *_: None, priority=Priority.USER, label="completion"))
     assert "completion" not in {b.name for b in s.branches()}
     live = list(s.resident_tokens)
-    service.park_live(s, ask)  # an ask is about to run
+    residency.before_job(s, ask)  # an ask is about to run
     assert {b.name: b.tokens for b in s.branches()}["completion"] == len(live)
     s.prefill([*chat, s.tokenize(" x", add_bos=False)[0]])  # the ask takes the live sequence
-    service.park_live(s, ask)  # parked once: the ask's own state is not a completion's
+    residency.before_job(s, ask)  # parked once: the ask's own state is not a completion's
     assert {b.name: b.tokens for b in s.branches()}["completion"] == len(live)
     complete(6)
     stats = service.stats
@@ -332,3 +336,52 @@ def test_a_speculation_is_handed_over_only_for_its_place_once_started() -> None:
         assert spec.take(here) is None
 
     asyncio.run(scenario())
+
+
+def test_residency_parks_the_live_prefix_of_one_kind_before_a_job_of_another(
+    llama_session: Any,
+) -> None:
+    """One owner of the live sequence at a time: a completion's claim parks the chat prefix;
+    a next edit's job parks the completion; back-to-back jobs of one kind copy nothing; the
+    warm-ups run in registration order; a branch is registered once."""
+    import pytest
+
+    from contenox_lsp.residency import Residency
+    from contenox_lsp.worker import Job, Priority
+
+    s = llama_session
+    chat = s.tokenize("Explain this module.\n" + SOURCE[:600], add_bos=True)
+    ran: list[str] = []
+    r = Residency()
+    r.register("completion", "completion", lambda: lambda _s, _j: ran.append("completion"))
+    r.register("next_edit", "next_edit", lambda: None)  # nothing to warm
+    with pytest.raises(ValueError):
+        r.register("completion", "completion", lambda: None)
+    assert r.branches == ("completion", "next_edit")
+
+    def job(label: str) -> Job:
+        return Job(fn=lambda *_: None, priority=Priority.USER, label=label)
+
+    def names() -> dict[str, int]:
+        return {b.name: b.tokens for b in s.branches()}
+
+    for b in list(names()):
+        s.branch_drop(b)
+    s.reset()
+    s.prefill(chat)
+    r.claim(s, "completion", chat)
+    assert names() == {"chat": len(chat)}  # the chat prefix kept before it is replaced
+    s.prefill(s.tokenize("def completion_prompt():", add_bos=True))
+    live = s.n_resident
+    r.before_job(s, job("completion"))
+    assert "completion" not in names()  # the same kind: nothing copied
+    r.before_job(s, job("next_edit"))
+    assert names()["completion"] == live and r.live is None
+    r.claim(s, "next_edit", chat)  # the chat prefix is not live: not saved again
+    assert names()["chat"] == len(chat)
+    r.before_job(s, job("ask"))
+    assert names()["next_edit"] == live
+    step = r.after_warm()
+    assert step is not None
+    step(s, job("idle"))
+    assert ran == ["completion"]

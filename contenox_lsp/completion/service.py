@@ -32,10 +32,10 @@ from contenox_lsp.completion.speculation import Speculation
 from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
-from contenox_lsp.jobs import BACKGROUND_STEP, PrefillStats, chunked_prefill
+from contenox_lsp.jobs import PrefillStats, chunked_prefill
+from contenox_lsp.residency import Residency, warm_branch
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SegmentKind
-from contextasm.manifest import common_prefix_length
 from engine import Session
 
 T = TypeVar("T")
@@ -49,6 +49,7 @@ class CompletionHost(Protocol):
     worker: EngineWorker
     context: ContextService
     idle: IdlePrefill
+    residency: Residency
     last_cursor: tuple[Path, int] | None
 
     def buffer_text(self, path: Path) -> str | None: ...
@@ -64,7 +65,6 @@ class CompletionHost(Protocol):
 STICKY_CONTEXT_S = 3.0
 
 JOB_LABEL = "completion"
-CHAT_BRANCH = "chat"
 COMPLETION_BRANCH = "completion"
 
 #: The chat prompt's segments that make up the completion's repository-level context.
@@ -142,7 +142,6 @@ class CompletionService:
         """Whether the editor uses inline completion (it said so at initialize, or asked for
         one): only then does the idle time warm the completion prompt too."""
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
-        self._live_unparked = False  # the live sequence is a completion's, not parked yet
         self._last_request_at: float | None = None  # requests only: ``typing``
         self.speculation: Speculation[ModelRun | None] = Speculation()
 
@@ -237,11 +236,9 @@ class CompletionService:
             # Tokenized here, on the engine thread: the context thread may be busy
             # re-assembling the chat context after the same keystroke.
             prompt = build_prompt(s, context, rel, win, mode)
-            park_chat(s, chat_target)
             # The live sequence is this completion's from here on (even if it is cancelled
-            # half-way). It is parked only when another job takes it over (``park_live``):
-            # a branch save copies the whole KV stream, 40-50 ms a keystroke on 2 cores.
-            self._live_unparked = True
+            # half-way), parked only when another kind of job takes it over.
+            rt.residency.claim(s, COMPLETION_BRANCH, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
             raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
             return ModelRun(prompt, stats, raw, n)
@@ -283,17 +280,6 @@ class CompletionService:
         self.last = shown
         st.shown += 1
         return Outcome(text, shown.id, metrics=metrics)
-
-    def park_live(self, session: Session, job: Job) -> None:
-        """The worker's ``before_job`` hook (engine thread). Before a job other than a
-        completion runs, park the last completion's live sequence as the ``completion``
-        branch, so that job (an ask, the idle prefill restoring the chat prefix) does not
-        evict it and the next keystroke restores it. Back-to-back completions skip this:
-        each finds the previous one live."""
-        if job.label == JOB_LABEL or not self._live_unparked:
-            return
-        self._live_unparked = False
-        park_live_as(session, COMPLETION_BRANCH)
 
     # -- idle warm-up ------------------------------------------------------------------------
 
@@ -346,34 +332,6 @@ class CompletionService:
         out["residentBranches"] = branches
         out["fim"] = session is not None and session.fim_tokens is not None
         return out
-
-
-def park_live_as(session: Session, branch: str) -> None:
-    """Save the live sequence as ``branch`` (where the backend has branches and something is
-    resident): a ``before_job`` hook's work when another job takes the live sequence over."""
-    if session.capabilities.get("branches", False) and session.n_resident > 0:
-        session.branch_save(branch)
-
-
-def warm_branch(session: Session, job: Job, tokens: list[int], branch: str,
-                chat_target: list[int]) -> None:
-    """An idle warm-up (engine thread): park the chat prefix, prefill ``tokens`` as
-    background work, keep them as ``branch``, and give the live sequence back to the chat
-    prefix (restored from its parked branch)."""
-    park_chat(session, chat_target)
-    chunked_prefill(session, tokens, job, lambda _pos: None, step=BACKGROUND_STEP)
-    session.branch_save(branch)
-    chunked_prefill(session, chat_target, job, lambda _pos: None)
-
-
-def park_chat(session: Session, chat_target: list[int] | None) -> None:
-    """Keep the chat prefix resident as a branch before the completion replaces the live
-    sequence (only when the live sequence is the chat prefix)."""
-    if not chat_target or not session.capabilities.get("branches", False):
-        return
-    resident = session.resident_tokens
-    if common_prefix_length(resident, chat_target) >= min(len(chat_target), 64):
-        session.branch_save(CHAT_BRANCH)
 
 
 def _generate(session: Session, max_tokens: int, deadline: float,

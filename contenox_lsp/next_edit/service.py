@@ -18,13 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contenox_lsp.completion.service import (
-    CompletionHost,
-    park_chat,
-    park_live_as,
-    repo_context,
-    warm_branch,
-)
+from contenox_lsp.completion.service import CompletionHost, repo_context
 from contenox_lsp.jobs import chunked_prefill
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import (
@@ -35,6 +29,7 @@ from contenox_lsp.next_edit.edit import (
     rewritten_region,
 )
 from contenox_lsp.next_edit.history import EditHistory
+from contenox_lsp.residency import warm_branch
 from contenox_lsp.worker import Job, Priority
 from contextasm.tokens import default_token_cache
 from engine import Session
@@ -99,7 +94,6 @@ class NextEditService:
         self._ids = itertools.count(1)
         self._windows: dict[str, _Window] = {}
         self.shown: Suggestion | None = None
-        self._live_unparked = False
         self.wanted = False  # a client asked for a next edit: the idle time warms its prompt
         self._format: tuple[Session, tuple[str, str]] | None = None
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a hash)
@@ -181,8 +175,7 @@ class NextEditService:
             tokens = head + _tokens(s, prompt.region)
             st.lastRegionTokens = len(tokens) - len(head)
             region_tokens = len(s.tokenize("\n".join(region.lines), special=False))
-            park_chat(s, chat_target)
-            self._live_unparked = True
+            rt.residency.claim(s, BRANCH, chat_target)
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
             raw, n, cut_short = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
                                         prompt, region.lines, deadline)
@@ -275,14 +268,6 @@ class NextEditService:
             self.stats.warmUps += 1
 
         return job
-
-    def park_live(self, session: Session, job: Job) -> None:
-        """The worker's ``before_job`` hook: keep this prefix resident as the ``next_edit``
-        branch when another job takes the live sequence (see ``CompletionService.park_live``)."""
-        if job.label == JOB_LABEL or not self._live_unparked:
-            return
-        self._live_unparked = False
-        park_live_as(session, BRANCH)
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self.stats)
