@@ -233,3 +233,19 @@ def test_a_rewrite_that_rejoins_the_region_after_its_change_is_complete() -> Non
         (*region[:2], *region[3:]))
     # A run of blanks and brackets is not evidence of a re-join.
     assert rejoined(("x = f(", ")", "", "y = 1"), "x = g(\n)\n\n") is None
+
+
+def test_a_rewrite_that_runs_on_into_the_lines_after_the_region_ends_before_them() -> None:
+    from contenox_lsp.next_edit.edit import following_lines, ran_past
+
+    doc = ["def area(w, h):", "    return w * h", "", "", "def volume(w, h, d):",
+           "    return area(w, h) * d", "", "x = 1"]
+    after = following_lines(doc, 2)  # the region: the first two lines
+    assert after == ("", "", "def volume(w, h, d):", "    return area(w, h) * d")
+    assert following_lines(doc, 6) == ()  # not two more non-blank lines: no check
+    region = "def area(w, h):\n    return w * h\n"
+    assert ran_past(region + "\n\ndef volume(w, h, d):\n", after) is None  # not the whole run
+    assert ran_past(region + "\n".join(after) + "\n", after) == region.rstrip("\n")
+    inserted = "def area(w, h):\n    # width times height\n    return w * h\n"
+    assert ran_past(inserted + "\n".join(after) + "\n", after) == inserted.rstrip("\n")
+    assert ran_past(region + "x\ny\n", after) is None

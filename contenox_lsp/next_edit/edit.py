@@ -63,6 +63,32 @@ def rejoined(region: tuple[str, ...], written: str) -> str | None:
     return None
 
 
+def following_lines(lines: list[str], end: int, limit: int = 8) -> tuple[str, ...]:
+    """The document's lines from ``end`` (the region's end) through the ``REJOIN_LINES``-th
+    non-blank one (at most ``limit`` lines): what a model that runs on past the region writes
+    next."""
+    out: list[str] = []
+    seen = 0
+    for line in lines[end:end + limit]:
+        out.append(line)
+        seen += bool(line.strip())
+        if seen == REJOIN_LINES:
+            return tuple(out)
+    return ()
+
+
+def ran_past(written: str, after: tuple[str, ...]) -> str | None:
+    """The rewrite when the text written so far has run on past the region — its last
+    complete lines are ``after`` (``following_lines``: a model copying the file does not stop
+    at the region's end) — else None."""
+    if not after or len("".join(after).strip()) < REJOIN_MIN_CHARS:
+        return None
+    full = written.replace(CURSOR, "").replace(ZETA_CURSOR, "").split("\n")[:-1]
+    if len(full) < len(after) or tuple(full[-len(after):]) != after:
+        return None
+    return "\n".join(full[:-len(after)])
+
+
 def minimal_replacement(start_line: int, lines: tuple[str, ...], new: str) -> Replacement | None:
     """The smallest replacement that turns the region (``lines`` from ``start_line``) into
     ``new``; None when nothing changes or only whitespace does."""

@@ -24,7 +24,9 @@ from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import (
     Replacement,
     apply,
+    following_lines,
     minimal_replacement,
+    ran_past,
     rejoined,
     rewritten_region,
 )
@@ -165,6 +167,8 @@ class NextEditService:
         region = self._region(fmt, rel, text, line, column)
         prompt = L.render(fmt, win.files, (rel, win.text), self.history.steps(), region, text)
         self.last_layout = prompt
+        end = region.start + len(region.lines)
+        following = following_lines(text.split("\n"), end)  # the document after the region
         max_tokens = int(session.profile.get("next_edit.max_tokens"))
         deadline = t0 + int(session.profile.get("next_edit.timeout_ms")) / 1000.0
         chat_target = rt.idle.target
@@ -178,7 +182,7 @@ class NextEditService:
             rt.residency.claim(s, BRANCH, chat_target)
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
             raw, n, cut_short = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
-                                        prompt, region.lines, deadline)
+                                        prompt, region.lines, following, deadline)
             lookup = getattr(s, "last_lookup", None)
             if lookup is not None:
                 st.lookupDrafted += lookup.drafted
@@ -297,10 +301,11 @@ def _tokens(session: Session, pieces: L.Pieces) -> list[int]:
 
 
 def _decode(session: Session, max_tokens: int, prompt: L.Layout, region: tuple[str, ...],
-            deadline: float) -> tuple[str, int, bool]:
+            following: tuple[str, ...], deadline: float) -> tuple[str, int, bool]:
     """(text, tokens, cut short): cut short when the budget (tokens, time) ended it rather than
-    an end text, the end of generation or the rewrite re-joining the region after a change
-    (then the text is the whole rewrite, the rest of the region spliced on, and an end text)."""
+    an end text, the end of generation, the rewrite re-joining the region after a change (then
+    the text is the whole rewrite, the rest of the region spliced on, and an end text) or
+    running on into the lines that ``follow`` the region (then the rewrite up to them)."""
     pieces: list[str] = []
     stream = session.stream(max_tokens=max_tokens, lookup=LOOKUP_TOKENS)
     n = 0
@@ -318,6 +323,8 @@ def _decode(session: Session, max_tokens: int, prompt: L.Layout, region: tuple[s
                     text = text[text.index(prompt.begin_text) + len(prompt.begin_text):]
                     text = text.removeprefix("\n")
                 whole = rejoined(region, text)
+                if whole is None:
+                    whole = ran_past(text, following)
                 if whole is not None:
                     return whole + "\n" + end, n, False
             if time.perf_counter() >= deadline:
