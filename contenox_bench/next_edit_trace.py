@@ -19,6 +19,7 @@ c and d run on an engine session of the same profile, after a's server has exite
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from contenox_bench.config import BenchConfig
 from contenox_bench.edit_replay import load_tasks
 from contenox_bench.next_edit_eval import run_replay, summarize
 from contenox_bench.progress import Progress
-from contenox_bench.stats import ratio, summary
+from contenox_bench.stats import quantile, ratio, summary
 from engine.lookup import REWRITE_DRAFT_TOKENS as LOOKUP_TOKENS
 
 SYSTEMS = {
@@ -102,8 +103,6 @@ def _baselines(profile: Any, rows: list[dict[str, Any]], progress: Progress
 
 
 def _timed(session: Any, tokens: list[int], n: int, lookup: int) -> dict[str, Any]:
-    import time
-
     t0 = time.perf_counter()
     pre = session.prefill(tokens)
     gen = session.generate(n, lookup=lookup)
@@ -115,13 +114,6 @@ def _timed(session: Any, tokens: list[int], n: int, lookup: int) -> dict[str, An
             "drafted": stats.drafted if stats else 0, "accepted": stats.accepted if stats else 0}
 
 
-def _p(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
-
-
 def _report(a: dict[str, Any], rows: list[dict[str, Any]], c: list[dict[str, Any]],
             d: list[dict[str, Any]], lookup: list[dict[str, Any]], n_tasks: int
             ) -> dict[str, Any]:
@@ -129,8 +121,8 @@ def _report(a: dict[str, Any], rows: list[dict[str, Any]], c: list[dict[str, Any
     # The engine's own costs, from c (same prompts, same engine).
     per_token = [x["prefill_ms"] / x["new_tokens"] for x in c if x["new_tokens"]]
     per_decode = [x["decode_ms"] / (x["decode_tokens"] - 1) for x in c if x["decode_tokens"] > 1]
-    prefill_tok_ms = _p(per_token, 0.5) or 0.0
-    decode_tok_ms = _p(per_decode, 0.5) or 0.0
+    prefill_tok_ms = quantile(per_token, 0.5) or 0.0
+    decode_tok_ms = quantile(per_decode, 0.5) or 0.0
     expected = [r["new_tokens"] * prefill_tok_ms + max(0, r["decode_tokens"] - 1) * decode_tok_ms
                 for r in rows]
     # The prefill goal's bound per request: the region plus the newest history step (what the
@@ -140,8 +132,8 @@ def _report(a: dict[str, Any], rows: list[dict[str, Any]], c: list[dict[str, Any
     lookup_ms = sum(x["lookup_decode_ms"] for x in lookup)
     plain_ms = sum(x["plain_decode_ms"] for x in lookup)
     tokens = sum(x["tokens"] for x in lookup)
-    p50_a, p50_d = _p(lat_a, 0.5), _p([x["latency_ms"] for x in d], 0.5)
-    p50_expected = _p(expected, 0.5)
+    p50_a, p50_d = quantile(lat_a, 0.5), quantile([x["latency_ms"] for x in d], 0.5)
+    p50_expected = quantile(expected, 0.5)
     return {
         "status": "ok",
         "systems": SYSTEMS,
@@ -161,9 +153,10 @@ def _report(a: dict[str, Any], rows: list[dict[str, Any]], c: list[dict[str, Any
               "new_tokens": summary([float(x["new_tokens"]) for x in c], "tokens")},
         "d": {"latency_ms": summary([x["latency_ms"] for x in d], "ms"),
               "new_tokens": summary([float(x["new_tokens"]) for x in d], "tokens")},
-        "prefill_bound": {"median_new_tokens": _p([float(r["new_tokens"]) for r in rows], 0.5),
-                          "median_bound": _p([float(b) for b in bounds], 0.5),
-                          "median_over_bound": _p(over, 0.5)},
+        "prefill_bound": {
+            "median_new_tokens": quantile([float(r["new_tokens"]) for r in rows], 0.5),
+            "median_bound": quantile([float(b) for b in bounds], 0.5),
+            "median_over_bound": quantile(over, 0.5)},
         "engine": {"prefill_ms_per_token": prefill_tok_ms, "decode_ms_per_token": decode_tok_ms,
                    "expected_p50_ms": p50_expected},
         "lookup": {"tokens": tokens, "lookup_decode_ms": lookup_ms, "plain_decode_ms": plain_ms,

@@ -22,6 +22,15 @@ def summary(samples: Sequence[float], unit: str) -> dict[str, Any]:
     }
 
 
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The sample at quantile ``q`` (0..1) of ``values`` (the nearest one, no interpolation);
+    None for no samples."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
 def median(stat: dict[str, Any]) -> float | None:
     value = stat.get("median")
     return None if value is None else float(value)

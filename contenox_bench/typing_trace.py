@@ -35,7 +35,7 @@ from lsprotocol import types
 from contenox_bench.config import BenchConfig
 from contenox_bench.lspclient import EditorClient
 from contenox_bench.progress import Progress
-from contenox_bench.stats import ratio, summary
+from contenox_bench.stats import quantile, ratio, summary
 from contenox_bench.trace import wait_ready
 from contenox_bench.trace_script import copy_stdlib_part
 from contenox_lsp.completion.prompt import build_prompt
@@ -244,16 +244,9 @@ def _vscode_prompt(session: Any, ring: list[str], r: dict[str, Any]) -> list[int
     return bos + list(session.tokenize(text, add_bos=False, special=False))
 
 
-def _p(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
-
-
 def _system(rows: list[dict[str, Any]]) -> dict[str, Any]:
     lat = [x["latency_ms"] for x in rows]
-    return {"latency_ms": summary(lat, "ms"), "p95_ms": _p(lat, 0.95),
+    return {"latency_ms": summary(lat, "ms"), "p95_ms": quantile(lat, 0.95),
             "new_tokens": summary([float(x["new_tokens"]) for x in rows], "tokens")}
 
 
@@ -267,13 +260,13 @@ def _report(a: dict[str, Any], c: list[dict[str, Any]], d: list[dict[str, Any]],
     # decoded token.
     per_token = [x["prefill_ms"] / x["new_tokens"] for x in c if x["new_tokens"]]
     per_decode = [x["decode_ms"] / (x["decode_tokens"] - 1) for x in c if x["decode_tokens"] > 1]
-    prefill_tok_ms = _p(per_token, 0.5) or 0.0
-    decode_tok_ms = _p(per_decode, 0.5) or 0.0
+    prefill_tok_ms = quantile(per_token, 0.5) or 0.0
+    decode_tok_ms = quantile(per_decode, 0.5) or 0.0
     expected = [r["new_tokens"] * prefill_tok_ms + max(0, r["decode_tokens"] - 1) * decode_tok_ms
                 for r in model_rows]
-    p50_a = _p(lat_a, 0.5)
-    p50_d = _p([x["latency_ms"] for x in d], 0.5)
-    p50_expected = _p(expected, 0.5)
+    p50_a = quantile(lat_a, 0.5)
+    p50_d = quantile([x["latency_ms"] for x in d], 0.5)
+    p50_expected = quantile(expected, 0.5)
     return {
         "status": "ok",
         "systems": SYSTEMS,
@@ -283,7 +276,7 @@ def _report(a: dict[str, Any], c: list[dict[str, Any]], d: list[dict[str, Any]],
         "speculation_hits": sum(1 for r in rows if r.get("speculated")),
         "accepted": sum(1 for r in rows if r["accepted"]),
         "lines_typed": tc.lines,
-        "a": {"latency_ms": summary(lat_a, "ms"), "p95_ms": _p(lat_a, 0.95),
+        "a": {"latency_ms": summary(lat_a, "ms"), "p95_ms": quantile(lat_a, 0.95),
               "new_tokens": summary(new_a, "tokens"),
               "decode_tokens": summary([float(r["decode_tokens"]) for r in model_rows],
                                        "tokens")},

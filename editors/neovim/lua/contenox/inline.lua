@@ -20,7 +20,7 @@ M.config = { enabled = true, debounce_ms = 200, accept_key = '<Tab>', dismiss_ke
 
 --- The suggestion shown right now: { bufnr, row, col, text, item, client_id }.
 M.current = nil
-local timer = nil ---@type uv.uv_timer_t?
+local debounce = util.debouncer()
 local pending = nil ---@type { client: vim.lsp.Client, id: integer }?
 
 local function clear()
@@ -98,12 +98,7 @@ local function schedule_request()
   if not M.config.enabled then
     return
   end
-  if timer then
-    timer:stop()
-  else
-    timer = assert(vim.uv.new_timer())
-  end
-  timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
+  debounce.schedule(M.config.debounce_ms, M.request)
 end
 
 --- Insert the shown suggestion at the cursor; true when there was one.

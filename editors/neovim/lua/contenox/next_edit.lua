@@ -27,7 +27,7 @@ M.config = { enabled = true, debounce_ms = 400, jump_key = '<Tab>', dismiss_key 
 M.current = nil
 --- The last answer of the server, for tests and :lua inspection: { edits = {...} }.
 M.last_result = nil
-local timer = nil ---@type uv.uv_timer_t?
+local debounce = util.debouncer()
 local pending = nil ---@type { client: vim.lsp.Client, id: integer }?
 
 local function clear()
@@ -121,12 +121,7 @@ local function schedule_request()
   if not M.config.enabled then
     return
   end
-  if timer then
-    timer:stop()
-  else
-    timer = assert(vim.uv.new_timer())
-  end
-  timer:start(M.config.debounce_ms, 0, vim.schedule_wrap(M.request))
+  debounce.schedule(M.config.debounce_ms, M.request)
 end
 
 --- Move the cursor to the suggestion; true when there was one.

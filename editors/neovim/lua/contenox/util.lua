@@ -14,6 +14,27 @@ end
 --- The Contenox client attached to `bufnr` (or any Contenox client), or nil.
 ---@param bufnr? integer
 ---@return vim.lsp.Client?
+--- A debounced call: `d.schedule(ms, fn)` runs `fn` (on the main loop) after `ms` of quiet;
+--- each call restarts the wait. `d.stop()` cancels it.
+function M.debouncer()
+  local timer = nil ---@type uv.uv_timer_t?
+  local d = {}
+  function d.schedule(ms, fn)
+    if timer then
+      timer:stop()
+    else
+      timer = assert(vim.uv.new_timer())
+    end
+    timer:start(ms, 0, vim.schedule_wrap(fn))
+  end
+  function d.stop()
+    if timer then
+      timer:stop()
+    end
+  end
+  return d
+end
+
 function M.client(bufnr)
   local clients = vim.lsp.get_clients({ name = M.name, bufnr = bufnr or 0 })
   if #clients == 0 then
