@@ -310,8 +310,14 @@ def _decode(session: Session, max_tokens: int, prompt: L.Layout, region: tuple[s
     stream = session.stream(max_tokens=max_tokens, lookup=LOOKUP_TOKENS)
     n = 0
     end = prompt.end_texts[0]
+    finish = "stop"
     try:
-        for piece in stream:
+        while True:
+            try:
+                piece = next(stream)
+            except StopIteration as done:  # the generator's return value: GenerateResult
+                finish = str(getattr(done.value, "finish_reason", "stop"))
+                break
             n += 1
             pieces.append(piece)
             tail = "".join(pieces[-8:])
@@ -331,4 +337,4 @@ def _decode(session: Session, max_tokens: int, prompt: L.Layout, region: tuple[s
                 return "".join(pieces), n, True
     finally:
         stream.close()
-    return "".join(pieces), n, n >= max_tokens
+    return "".join(pieces), n, finish != "stop"  # "length" or "context_full": the budget
