@@ -27,7 +27,7 @@ from contenox_bench.config import BenchConfig
 from contenox_bench.edit_replay import load_tasks
 from contenox_bench.next_edit_eval import run_replay, summarize
 from contenox_bench.progress import Progress
-from contenox_bench.stats import quantile, ratio, summary
+from contenox_bench.stats import engine_costs, expected_ms, quantile, ratio, summary
 from engine.lookup import REWRITE_DRAFT_TOKENS as LOOKUP_TOKENS
 
 SYSTEMS = {
@@ -119,11 +119,9 @@ def _report(a: dict[str, Any], rows: list[dict[str, Any]], c: list[dict[str, Any
             ) -> dict[str, Any]:
     lat_a = [r["latency_ms"] for r in rows]
     # The engine's own costs, from c (same prompts, same engine).
-    per_token = [x["prefill_ms"] / x["new_tokens"] for x in c if x["new_tokens"]]
-    per_decode = [x["decode_ms"] / (x["decode_tokens"] - 1) for x in c if x["decode_tokens"] > 1]
-    prefill_tok_ms = quantile(per_token, 0.5) or 0.0
-    decode_tok_ms = quantile(per_decode, 0.5) or 0.0
-    expected = [r["new_tokens"] * prefill_tok_ms + max(0, r["decode_tokens"] - 1) * decode_tok_ms
+    costs = engine_costs(c)
+    prefill_tok_ms, decode_tok_ms = costs
+    expected = [expected_ms(r["new_tokens"], r["decode_tokens"], costs)
                 for r in rows]
     # The prefill goal's bound per request: the region plus the newest history step (what the
     # last edit appended) plus 32.

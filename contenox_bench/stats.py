@@ -31,6 +31,21 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
+def engine_costs(rows: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """(ms per prefilled token, ms per decoded token after the first): the medians over
+    in-process measurements (``prefill_ms``, ``new_tokens``, ``decode_ms``, ``decode_tokens``);
+    0.0 where there is nothing to measure."""
+    per_token = [x["prefill_ms"] / x["new_tokens"] for x in rows if x["new_tokens"]]
+    per_decode = [x["decode_ms"] / (x["decode_tokens"] - 1) for x in rows
+                  if x["decode_tokens"] > 1]
+    return quantile(per_token, 0.5) or 0.0, quantile(per_decode, 0.5) or 0.0
+
+
+def expected_ms(new_tokens: float, decode_tokens: float, costs: tuple[float, float]) -> float:
+    """What prefilling ``new_tokens`` and decoding ``decode_tokens`` costs the engine."""
+    return new_tokens * costs[0] + max(0.0, decode_tokens - 1) * costs[1]
+
+
 def median(stat: dict[str, Any]) -> float | None:
     value = stat.get("median")
     return None if value is None else float(value)

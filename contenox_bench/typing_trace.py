@@ -35,7 +35,7 @@ from lsprotocol import types
 from contenox_bench.config import BenchConfig
 from contenox_bench.lspclient import EditorClient
 from contenox_bench.progress import Progress
-from contenox_bench.stats import quantile, ratio, summary
+from contenox_bench.stats import engine_costs, expected_ms, quantile, ratio, summary
 from contenox_bench.trace import wait_ready
 from contenox_bench.trace_script import copy_stdlib_part
 from contenox_lsp.completion.prompt import build_prompt
@@ -258,11 +258,9 @@ def _report(a: dict[str, Any], c: list[dict[str, Any]], d: list[dict[str, Any]],
     model_rows = [r for r in rows if not r["typed_through"]]
     # The engine's own costs, from c (same prompts, same engine): per prefilled token and per
     # decoded token.
-    per_token = [x["prefill_ms"] / x["new_tokens"] for x in c if x["new_tokens"]]
-    per_decode = [x["decode_ms"] / (x["decode_tokens"] - 1) for x in c if x["decode_tokens"] > 1]
-    prefill_tok_ms = quantile(per_token, 0.5) or 0.0
-    decode_tok_ms = quantile(per_decode, 0.5) or 0.0
-    expected = [r["new_tokens"] * prefill_tok_ms + max(0, r["decode_tokens"] - 1) * decode_tok_ms
+    costs = engine_costs(c)
+    prefill_tok_ms, decode_tok_ms = costs
+    expected = [expected_ms(r["new_tokens"], r["decode_tokens"], costs)
                 for r in model_rows]
     p50_a = quantile(lat_a, 0.5)
     p50_d = quantile([x["latency_ms"] for x in d], 0.5)

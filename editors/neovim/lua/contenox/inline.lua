@@ -21,20 +21,13 @@ M.config = { enabled = true, debounce_ms = 200, accept_key = '<Tab>', dismiss_ke
 --- The suggestion shown right now: { bufnr, row, col, text, item, client_id }.
 M.current = nil
 local debounce = util.debouncer()
-local pending = nil ---@type { client: vim.lsp.Client, id: integer }?
+local pending = util.request_slot()
 
 local function clear()
   if M.current then
     pcall(vim.api.nvim_buf_clear_namespace, M.current.bufnr, M.ns, 0, -1)
   end
   M.current = nil
-end
-
-local function cancel_pending()
-  if pending then
-    pcall(pending.client.cancel_request, pending.client, pending.id)
-    pending = nil
-  end
 end
 
 --- Draw `text` as ghost text at the cursor (first line inline, the rest as virtual lines).
@@ -46,13 +39,7 @@ local function show(bufnr, row, col, text, item, client_id)
     virt_text_pos = 'inline',
     hl_mode = 'combine',
   }
-  if #lines > 1 then
-    local extra = {}
-    for i = 2, #lines do
-      extra[#extra + 1] = { { lines[i], 'Comment' } }
-    end
-    opts.virt_lines = extra
-  end
+  opts.virt_lines = util.virt_lines(lines, 'Comment')
   vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col, opts)
   M.current = { bufnr = bufnr, row = row, col = col, text = text, item = item,
     client_id = client_id }
@@ -65,14 +52,14 @@ function M.request()
   if not client or vim.fn.mode() ~= 'i' then
     return
   end
-  cancel_pending()
+  pending.cancel()
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.textDocument.version = vim.lsp.util.buf_versions[bufnr]
   params.context = { triggerKind = 2 }
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local cursor = vim.api.nvim_win_get_cursor(0)
   local ok, id = client:request('textDocument/inlineCompletion', params, function(err, result)
-    pending = nil
+    pending.done()
     if err or not result or not result.items or #result.items == 0 then
       return
     end
@@ -89,7 +76,7 @@ function M.request()
     show(bufnr, cursor[1] - 1, cursor[2], item.insertText, item, client.id)
   end, bufnr)
   if ok and id then
-    pending = { client = client, id = id }
+    pending.set(client, id)
   end
 end
 
@@ -121,7 +108,7 @@ function M.accept()
 end
 
 function M.dismiss()
-  cancel_pending()
+  pending.cancel()
   clear()
 end
 
@@ -145,14 +132,8 @@ function M.setup(opts)
     group = group,
     callback = M.dismiss,
   })
-  local accept = M.config.accept_key
-  vim.keymap.set('i', accept, function()
-    if M.current then
-      vim.schedule(M.accept) -- an expr mapping may not change the buffer itself
-      return ''
-    end
-    return vim.api.nvim_replace_termcodes(accept, true, false, true)
-  end, { expr = true, replace_keycodes = false, desc = 'contenox: accept the suggestion' })
+  local function shown() return M.current ~= nil end
+  util.fallthrough_map('i', M.config.accept_key, shown, M.accept, 'contenox: accept the suggestion')
   vim.keymap.set('i', M.config.dismiss_key, M.dismiss, { desc = 'contenox: dismiss the suggestion' })
 end
 

@@ -28,20 +28,13 @@ M.current = nil
 --- The last answer of the server, for tests and :lua inspection: { edits = {...} }.
 M.last_result = nil
 local debounce = util.debouncer()
-local pending = nil ---@type { client: vim.lsp.Client, id: integer }?
+local pending = util.request_slot()
 
 local function clear()
   if M.current then
     pcall(vim.api.nvim_buf_clear_namespace, M.current.bufnr, M.ns, 0, -1)
   end
   M.current = nil
-end
-
-local function cancel_pending()
-  if pending then
-    pcall(pending.client.cancel_request, pending.client, pending.id)
-    pending = nil
-  end
 end
 
 --- The byte column of the client's position `col` (in `encoding` units) on `row`.
@@ -70,13 +63,7 @@ function M.show(bufnr, edit, client)
     opts.virt_text = { { lines[1], 'DiffAdd' } }
     opts.virt_text_pos = 'inline'
   end
-  if #lines > 1 then
-    local extra = {}
-    for i = 2, #lines do
-      extra[#extra + 1] = { { lines[i], 'DiffAdd' } }
-    end
-    opts.virt_lines = extra
-  end
+  opts.virt_lines = util.virt_lines(lines, 'DiffAdd')
   vim.api.nvim_buf_set_extmark(bufnr, M.ns, end_row, end_col, opts)
   M.current = { bufnr = bufnr, edit = edit, client_id = client.id, row = row, col = col,
     end_row = end_row, end_col = end_col }
@@ -91,13 +78,13 @@ function M.request()
   if not client then
     return
   end
-  cancel_pending()
+  pending.cancel()
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.textDocument.version = vim.lsp.util.buf_versions[bufnr]
   params.context = { triggerKind = 2 }
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local ok, id = client:request('contenox/nextEdit', params, function(err, result)
-    pending = nil
+    pending.done()
     if err or type(result) ~= 'table' then
       return
     end
@@ -112,7 +99,7 @@ function M.request()
     end
   end, bufnr)
   if ok and id then
-    pending = { client = client, id = id }
+    pending.set(client, id)
   end
 end
 
@@ -155,7 +142,7 @@ end
 
 --- Hide the suggestion and tell the server it was not taken.
 function M.dismiss()
-  cancel_pending()
+  pending.cancel()
   local cur = M.current
   clear()
   if not cur then
@@ -195,17 +182,9 @@ function M.setup(opts)
     callback = schedule_request,
   })
   vim.api.nvim_create_autocmd('BufLeave', { group = group, callback = M.dismiss })
-  local function fallthrough(key, fn)
-    vim.keymap.set('n', key, function()
-      if M.current then
-        vim.schedule(fn) -- an expr mapping may not change the buffer itself
-        return ''
-      end
-      return vim.api.nvim_replace_termcodes(key, true, false, true)
-    end, { expr = true, replace_keycodes = false, desc = 'contenox: next edit' })
-  end
-  fallthrough(M.config.jump_key, M.tab)
-  fallthrough(M.config.dismiss_key, M.dismiss)
+  local function shown() return M.current ~= nil end
+  util.fallthrough_map('n', M.config.jump_key, shown, M.tab, 'contenox: next edit')
+  util.fallthrough_map('n', M.config.dismiss_key, shown, M.dismiss, 'contenox: next edit')
 end
 
 return M

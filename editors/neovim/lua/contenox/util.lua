@@ -35,6 +35,51 @@ function M.debouncer()
   return d
 end
 
+--- One request in flight at a time: `slot.set(client, id)` once sent, `slot.done()` in its
+--- handler, `slot.cancel()` to cancel it ($/cancelRequest).
+function M.request_slot()
+  local pending = nil ---@type { client: vim.lsp.Client, id: integer }?
+  local slot = {}
+  function slot.set(client, id)
+    pending = { client = client, id = id }
+  end
+  function slot.done()
+    pending = nil
+  end
+  function slot.cancel()
+    if pending then
+      pcall(pending.client.cancel_request, pending.client, pending.id)
+      pending = nil
+    end
+  end
+  return slot
+end
+
+--- Extmark `virt_lines` for the lines after the first of `lines`, in highlight `hl` (nil when
+--- there is only one line).
+function M.virt_lines(lines, hl)
+  if #lines < 2 then
+    return nil
+  end
+  local extra = {}
+  for i = 2, #lines do
+    extra[#extra + 1] = { { lines[i], hl } }
+  end
+  return extra
+end
+
+--- An expr mapping of `key` in `mode` that runs `fn` while `active()` (scheduled: an expr
+--- mapping may not change the buffer itself) and otherwise does what `key` does.
+function M.fallthrough_map(mode, key, active, fn, desc)
+  vim.keymap.set(mode, key, function()
+    if active() then
+      vim.schedule(fn)
+      return ''
+    end
+    return vim.api.nvim_replace_termcodes(key, true, false, true)
+  end, { expr = true, replace_keycodes = false, desc = desc })
+end
+
 function M.client(bufnr)
   local clients = vim.lsp.get_clients({ name = M.name, bufnr = bufnr or 0 })
   if #clients == 0 then
