@@ -70,13 +70,22 @@ def structured_errors() -> Iterator[None]:
         raise
 
 
-def open_engine(options: ServerOptions) -> Callable[[], AbstractContextManager[Session]]:
+def open_engine(options: ServerOptions, roots: Callable[[], list[Path]] = list,
+                ) -> Callable[[], AbstractContextManager[Session]]:
     def opener() -> AbstractContextManager[Session]:
         from engine import load_profile, open_session
+        from engine.remote.session_key import default_session_key
 
         profile = load_profile(options.profile)
         if options.model:
             profile = profile.with_overrides({"model.path": options.model}, source="lsp model")
+        if not profile.get("remote.session_key"):
+            # A team's router keeps this developer's requests on one replica by this key: one
+            # per user and workspace (a digest, docs/fleet.md).
+            workspace = next(iter(roots()), None)
+            key = default_session_key(None if workspace is None else str(workspace))
+            profile = profile.with_overrides({"remote.session_key": key},
+                                             source="user and workspace")
         return open_session(profile)
 
     return opener
@@ -97,7 +106,7 @@ class Runtime:
         self._editor_state = editor_state
         self._notifier = notifier
         self.loop = asyncio.get_running_loop()
-        self.worker = EngineWorker(opener or open_engine(options))
+        self.worker = EngineWorker(opener or open_engine(options, roots))
         self.context = ContextService(roots(), options.repo_map_tokens,
                                       CodeBudget(options.code_tokens))
         self._question_rate = SteadyRate()  # the prefill rate that bounds the question's code

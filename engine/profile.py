@@ -95,6 +95,14 @@ def _is_http_url(v: Any) -> bool:
     return isinstance(v, str) and v.startswith(("http://", "https://")) and " " not in v
 
 
+def _is_header_token(limit: int) -> Callable[[Any], bool]:
+    """Text that travels in an HTTP header or a JSON field as it is: letters, digits, ``._:-``."""
+    def check(v: Any) -> bool:
+        return (isinstance(v, str) and len(v) <= limit
+                and all(c.isascii() and (c.isalnum() or c in "._:-") for c in v))
+    return check
+
+
 def _float_list(v: Any) -> bool:
     return isinstance(v, list) and all(
         isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in v
@@ -442,8 +450,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     # the cache identity (another server holds other KV); the key and timeouts are not.
     FieldSpec("remote", "url", "http://127.0.0.1:8080", _is_http_url, "an http(s) URL",
               "llama-server base URL"),
-    FieldSpec("remote", "slot", 0, _int_range(0, 1023), "an integer 0..1023",
-              "the server slot this session owns (one per developer)"),
+    FieldSpec("remote", "slot", 0, _int_range(-1, 1023), "an integer -1..1023",
+              "the server slot this session owns (one per developer); -1 = the slot the "
+              "session key hashes to (shared servers and fleets: docs/fleet.md)"),
     # llama-server reuses any common prefix, computed from wherever it diverges; with a chunk
     # and the server's -ub equal to it, reuse stops at whole chunks: warm == cold, as
     # cache.exact_reuse does in process (docs/remote.md).
@@ -457,6 +466,18 @@ FIELDS: tuple[FieldSpec, ...] = (
               "connect timeout, seconds"),
     FieldSpec("remote", "timeout_s", 120.0, _float_range(1.0, 3600.0), "a number 1..3600",
               "read timeout per request, seconds (a busy slot makes a request wait)"),
+    # A team fleet (docs/fleet.md): the key routers hash on to keep a developer on the replica
+    # that holds their prefix, and the salt that keeps a shared prefix cache per developer.
+    FieldSpec("remote", "session_key", "", _is_header_token(128),
+              "empty, or up to 128 letters, digits and ._:-",
+              "sent as X-Session-ID (and X-SMG-Routing-Key) on every request; empty = derived "
+              "from the user and the workspace (a digest: no path in clear)"),
+    FieldSpec("remote", "cache_salt", "", _is_header_token(256),
+              "empty, or up to 256 letters, digits and ._:-",
+              "sent as cache_salt (vLLM): prefixes cached under another salt are not reused"),
+    FieldSpec("remote", "retry_s", 4.0, _float_range(0.0, 600.0), "a number 0..600",
+              "how long a request is retried while the server cannot be reached or a router "
+              "answers 502/503/504 (a replica restarting, failover), seconds; 0 = never"),
     # [completion]: inline completion at the cursor. Not part of the cache identity
     # (profile_id): they shape requests, not KV.
     FieldSpec(
@@ -500,6 +521,9 @@ NON_IDENTITY_SECTIONS = ("completion", "next_edit")
 #: Single fields that change what the server does, not what any KV holds.
 NON_IDENTITY_KEYS = frozenset({
     "cache.auto_snapshots", "remote.api_key_env", "remote.connect_timeout_s", "remote.timeout_s",
+    # Routing and retries change which replica answers, not what a prefix means; a salt is a
+    # cache namespace the server keeps, and reports as reuse like any other miss.
+    "remote.session_key", "remote.cache_salt", "remote.retry_s",
     # The identity carries the BOS policy the engine resolved (``auto`` → add | none) itself:
     # ``auto`` and the policy it resolves to are the same cache.
     "prompt.bos",

@@ -51,6 +51,10 @@ class Session(Protocol):
     @property
     def exact_reuse(self) -> dict[str, Any] | None: ...
     @property
+    def remote_status(self) -> dict[str, Any] | None:
+        """Remote backends: endpoint, session key, replica, the server's reported reuse."""
+        ...
+    @property
     def prompt_format_source(self) -> str | None: ...
     @property
     def fim_tokens(self) -> FimTokens | None:

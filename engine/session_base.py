@@ -90,6 +90,12 @@ class SessionBase:
         return None
 
     @property
+    def remote_status(self) -> dict[str, Any] | None:
+        """Remote backends: the endpoint, the session key and the server's last reported
+        reuse (``contenox/status`` ``remote``); None in process."""
+        return None
+
+    @property
     def exact_reuse(self) -> dict[str, Any] | None:
         """How this session keeps warm == cold (the llama backend's schedule, measured at
         load); None where the backend does not say."""

@@ -190,6 +190,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
     model = backend = profile_id = None
     capabilities: dict[str, bool] | None = None
     exact: dict[str, Any] | None = None
+    remote: dict[str, Any] | None = None
     session = rt.worker.session
     if session is not None:
         ident = session.identity
@@ -197,6 +198,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         capabilities = dict(session.capabilities)
         exact = session.exact_reuse
         model = session.model_description
+        remote = session.remote_status
     err = rt.worker.load_error
     busy = rt.worker.busy_with
     idle = rt.idle
@@ -207,6 +209,7 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         "profileId": profile_id,
         "capabilities": capabilities,
         "exactReuse": exact,
+        "remote": remote,
         "residentTokens": len(rt.resident_tokens()),
         "pendingPrefillTokens": idle.pending_tokens(),
         "targetTokens": len(idle.target) if idle.target is not None else None,

@@ -3,6 +3,11 @@
 One ``httpx.Client`` per session (keep-alive on the loopback matters: a request costs ~1 ms
 instead of a TCP handshake). Every call has a timeout, so a stuck or vanished server ends as an
 error on the engine's worker thread, never as a hang of the language server.
+
+Behind a team's router (docs/fleet.md) every request carries the developer's session key, and
+a request that finds no server (a replica died and the router has not noticed yet: 502; a
+server restarting: connection refused, 503) is tried again for up to ``remote.retry_s``, so a
+failover costs one slower answer rather than an error.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -22,19 +28,34 @@ from engine.errors import (
     RemoteTimeoutError,
     RemoteUnavailableError,
 )
+from engine.remote.session_key import SERVED_BY_HEADER, SESSION_HEADERS
+
+T = TypeVar("T")
+#: What a router or proxy answers when the replica it picked is gone or not ready; a server
+#: loading its model answers 503 too. All are worth a retry: another replica may answer.
+RETRY_STATUSES = frozenset({502, 503, 504})
 
 # httpx logs every request at INFO: at the server's default level that would be a line per
 # token count. Its warnings still come through.
 logging.getLogger("httpx").setLevel(logging.WARNING)
+log = logging.getLogger(__name__)
 
 
 class ServerClient:
     """JSON requests to one server (``base_url``), an optional bearer key from the environment."""
 
     def __init__(self, base_url: str, *, api_key_env: str = "", connect_timeout_s: float = 5.0,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, session_key: str = "", retry_s: float = 0.0) -> None:
         self.base_url = base_url.rstrip("/")
+        self.session_key = session_key
+        self.retry_s = retry_s
+        #: Requests tried again since the session opened, and the replica that served the last
+        #: one when the router or proxy names it (``X-Served-By``).
+        self.retries = 0
+        self.served_by: str | None = None
         headers = {"Content-Type": "application/json"}
+        if session_key:
+            headers.update({name: session_key for name in SESSION_HEADERS})
         if api_key_env:
             key = os.environ.get(api_key_env, "")
             if not key:
@@ -57,11 +78,33 @@ class ServerClient:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self._call("POST", path, body)
 
+    def retrying(self, attempt: Callable[[], T], cancelled: Callable[[], bool] = lambda: False,
+                 ) -> T:
+        """``attempt()``, tried again while it fails in a way another try may not (no server
+        reachable, a router's 502/503/504), for up to ``retry_s`` seconds in all."""
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.1
+        while True:
+            try:
+                return attempt()
+            except (RemoteUnavailableError, RemoteError) as exc:
+                if (not is_retryable(exc) or cancelled()
+                        or time.monotonic() + delay > deadline):
+                    raise
+                self.retries += 1
+                log.info("%s: %s; trying again in %.1f s", self.base_url, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        return self.retrying(lambda: self._call_once(method, path, body))
+
+    def _call_once(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         try:
             response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
+        self._note_served_by(response)
         if response.status_code >= 400:
             raise self._status_error(response.status_code, response.text, path)
         try:
@@ -84,6 +127,7 @@ class ServerClient:
             # one reused from the pool afterwards fails as "disconnected" on the next request.
             with self._http.stream("POST", path, json=body,
                                    headers={"Connection": "close"}) as response:
+                self._note_served_by(response)
                 if response.status_code >= 400:
                     response.read()
                     raise self._status_error(response.status_code, response.text, path)
@@ -111,6 +155,9 @@ class ServerClient:
                     yield event
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
+
+    def _note_served_by(self, response: httpx.Response) -> None:
+        self.served_by = response.headers.get(SERVED_BY_HEADER)
 
     def _transport_error(self, exc: httpx.HTTPError, path: str) -> Exception:
         if isinstance(exc, httpx.TimeoutException):
@@ -142,6 +189,14 @@ class ServerClient:
             f"{self.base_url}{path} answered HTTP {status}: {message}{hint}",
             url=self.base_url, path=path, status=status, type=kind,
         )
+
+
+def is_retryable(exc: Exception) -> bool:
+    """Whether a request that failed this way may succeed on another try: the server was not
+    reached or the connection broke, or a router said its replica is gone (502/503/504)."""
+    if isinstance(exc, RemoteUnavailableError):
+        return True
+    return isinstance(exc, RemoteError) and exc.data.get("status") in RETRY_STATUSES
 
 
 def _server_message(text: str) -> tuple[str, str]:

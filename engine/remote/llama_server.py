@@ -51,7 +51,8 @@ from engine.errors import (
 from engine.fim import KNOWN_FIM_TEXTS, FimTokens
 from engine.profile import Profile
 from engine.remote import slot_snapshots
-from engine.remote.client import ServerClient
+from engine.remote.client import ServerClient, is_retryable
+from engine.remote.session_key import default_session_key
 from engine.results import (
     GenerateResult,
     PrefillResult,
@@ -125,6 +126,10 @@ def server_identity(profile: Profile, backend: str, version: str, model_digest: 
     )
 
 
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _model_template(reported: str) -> str:
     return "" if reported == SERVER_FALLBACK_TEMPLATE else reported
 
@@ -142,12 +147,18 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
         profile = profile.resolve_bos(None)  # the policy "add" stands for when unknown
         self.profile = profile
         get = profile.get
-        self._slot = int(get("remote.slot"))
+        # remote.slot; -1: the slot the session key hashes to (one per developer on a shared
+        # server without configuring each; see _pick_slot), resolved with the server's facts.
+        self._slot_setting = int(get("remote.slot"))
+        self._slot = max(0, self._slot_setting)
         self._client = ServerClient(
             str(get("remote.url")), api_key_env=str(get("remote.api_key_env")),
             connect_timeout_s=float(get("remote.connect_timeout_s")),
             timeout_s=float(get("remote.timeout_s")),
+            session_key=str(get("remote.session_key")) or default_session_key(),
+            retry_s=float(get("remote.retry_s")),
         )
+        self._served_slot: int | None = None  # the slot the last request ran in
         self._cancel = threading.Event()
         self._tokens: list[int] = []
         # What the slot holds as far as this session knows (prompt + generated tokens); None
@@ -215,12 +226,26 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 f"is {self.profile.n_ctx}: start llama-server with -c (n_ctx × slots) or lower "
                 "context.n_ctx", server_n_ctx=facts["n_ctx"], n_ctx=self.profile.n_ctx,
             )
-        if self._slot >= facts["total_slots"]:
+        if self._slot_setting >= facts["total_slots"]:
             raise ProfileMismatchError(
-                f"remote.slot = {self._slot}, but the server has {facts['total_slots']} slot(s) "
-                "(start it with -np N)", slot=self._slot, total_slots=facts["total_slots"],
+                f"remote.slot = {self._slot_setting}, but the server has "
+                f"{facts['total_slots']} slot(s) (start it with -np N)",
+                slot=self._slot_setting, total_slots=facts["total_slots"],
             )
+        self._slot = self._pick_slot(facts["total_slots"])
         return facts
+
+    def _pick_slot(self, total_slots: int) -> int:
+        """The profile's slot, or with ``remote.slot = -1`` the one the session key hashes to.
+
+        Not llama-server's own choice (``id_slot: -1``): it picks the idle slot whose cached
+        prompt is most similar relative to that slot's length, so on one repository a teammate's
+        shorter prompt wins and both lose their prefix. Two keys share a slot with probability
+        1/slots (a reported miss, never a wrong prefix; docs/fleet.md)."""
+        if self._slot_setting >= 0:
+            return self._slot_setting
+        digest = hashlib.sha256(self._client.session_key.encode()).hexdigest()
+        return int(digest[:8], 16) % max(1, total_slots)
 
     def _identity(self, facts: dict[str, Any]) -> ContextIdentity:
         model = {k: facts[k] for k in ("model_path", "n_params", "size", "ftype", "n_vocab")}
@@ -304,6 +329,27 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
         return self._fim
 
     @property
+    def remote_status(self) -> dict[str, Any] | None:
+        """Where requests go and what the server last said about them (``contenox/status``)."""
+        cached, computed = self._server_reuse(self.metrics.extra.get("last_server_timings") or {})
+        return {
+            "endpoint": self._client.base_url,
+            "sessionKey": self._client.session_key,
+            "cacheSalt": bool(self.profile.get("remote.cache_salt")),
+            # The replica that served the last request, where the router or proxy names it.
+            "servedBy": self._client.served_by,
+            "slot": self._served_slot,
+            "retries": self._client.retries,
+            # The server's own account of its last request's prompt: from its cache / computed.
+            "serverCachedTokens": cached,
+            "serverComputedTokens": computed,
+        }
+
+    def _server_reuse(self, report: dict[str, Any]) -> tuple[int | None, int | None]:
+        """Prompt tokens from the server's cache and computed, in its last request's report."""
+        return _int_or_none(report.get("cache_n")), _int_or_none(report.get("prompt_n"))
+
+    @property
     def server_facts(self) -> dict[str, Any]:
         """The server's model, build and slots as read at the last identity check."""
         return {k: v for k, v in self._facts.items() if k != "chat_template"}
@@ -356,6 +402,30 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             "seed": int(get("context.seed")),
         }
 
+    def _served(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
+                ) -> Iterator[Piece]:
+        """``_request``, sent again while it fails before anything came back but progress
+        (``remote.retry_s``): a replica that died under a router, or a restarting server, costs
+        a slower answer on another replica, whose missing prefix the final piece reports."""
+        deadline = time.monotonic() + self._client.retry_s
+        delay = 0.1
+        while True:
+            produced = False
+            try:
+                for piece in self._request(tokens, n_predict, cache=cache):
+                    produced = produced or piece.final or bool(piece.text or piece.tokens)
+                    yield piece
+                return
+            except EngineError as exc:
+                if (produced or not is_retryable(exc) or self._cancel.is_set()
+                        or time.monotonic() + delay > deadline):
+                    raise
+                self._client.retries += 1
+                log.info("%s: %s; sending the request again in %.1f s",
+                         self._client.base_url, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     def _request(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
                  ) -> Iterator[Piece]:
         """One ``/completion`` request as pieces; progress events come through as empty
@@ -367,6 +437,8 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 yield Piece()  # progress only (its "tokens" field is not a generated token)
             elif event.get("stop"):
                 timings = event.get("timings", {})
+                if isinstance(event.get("id_slot"), int):
+                    self._served_slot = int(event["id_slot"])
                 yield Piece(
                     text=str(event.get("content", "")),
                     tokens=[int(t) for t in event.get("tokens", [])], final=True,
@@ -417,7 +489,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 cut = self._align_slot(toks, keep)
                 self._slot_tokens = None
                 final, generated = self._final_piece(
-                    self._request(toks, 0, cache=cut is None or cut > 0), stage="prefill")
+                    self._served(toks, 0, cache=cut is None or cut > 0), stage="prefill")
             except CancelledError as exc:
                 # The server changes a slot only from where a prompt departs from it, so the
                 # prefix this request was to reuse is still there: a cancelled idle prefill
@@ -433,8 +505,9 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             computed = len(toks) - reused
             if reason is None and reused < keep:
                 reason = (
-                    f"the server's slot {self._slot} held {reused} of the {keep} tokens this "
-                    "session left there (the server restarted, or another client used the slot)"
+                    f"the server's slot held {reused} of the {keep} tokens this session left "
+                    "there (the server restarted, another client used the slot, or a router "
+                    "sent the request to another replica)"
                 )
             self._tokens = toks
             self._last_recomputed = False
@@ -480,7 +553,8 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             return 0
         marker = toks[keep] + 1 if toks[keep] + 1 < self.n_vocab else toks[keep] - 1
         self._slot_tokens = None
-        final, _ = self._final_piece(self._request([*toks[:keep], marker], 0), stage="prefill")
+        final, _ = self._final_piece(self._served([*toks[:keep], marker], 0),
+                                       stage="prefill")
         return min(keep, final.cached or 0)
 
     def _reported_reuse(self, final: Piece, toks: Sequence[int], keep: int) -> int:
@@ -528,7 +602,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             t_first = 0.0
             ttft_ms = 0.0
             finish = "length"
-            pieces = self._request(self._tokens, n_predict)
+            pieces = self._served(self._tokens, n_predict)
             self._slot_tokens = None  # unknown until the stream ends
             self._last_recomputed = True
             text_parts: list[str] = []

@@ -173,6 +173,11 @@ class OpenAiSession(LlamaServerSession):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        salt = str(get("remote.cache_salt"))
+        if salt:
+            # vLLM keys its prefix cache by the salt too: another developer's cached prefix
+            # cannot be reused, nor timed, from this session (docs/fleet.md).
+            body["cache_salt"] = salt
         extra = {"top_k": int(get("sampler.top_k")), "min_p": float(get("sampler.min_p"))}
         body.update(extra)  # vLLM, SGLang and llama-server take these sampling extensions
         if self._llama_cpp:
@@ -194,6 +199,13 @@ class OpenAiSession(LlamaServerSession):
                     computed=None if cached is None else prompt_n - int(cached),
                     stop={"stop": "eos", "length": "limit"}.get(finish, finish),
                     report=dict(usage))
+
+    def _server_reuse(self, report: dict[str, Any]) -> tuple[int | None, int | None]:
+        details = report.get("prompt_tokens_details") or {}
+        cached, prompt = details.get("cached_tokens"), report.get("prompt_tokens")
+        if not isinstance(cached, int) or not isinstance(prompt, int):
+            return None, None
+        return cached, prompt - cached
 
     def _reported_reuse(self, final: Piece, toks: Sequence[int], keep: int) -> int:
         reported = final.cached is not None
