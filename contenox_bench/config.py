@@ -38,6 +38,21 @@ class NextEditConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """Section 12: developers on llama-server replicas behind vllm-router (default mode)."""
+
+    enabled: bool = True
+    developers: int = 4
+    replicas: int = 2
+    slots: int = 8  # per replica; a developer's slot is their key's hash modulo this
+    steps: int = 4  # edits (each: idle prefill, then an ask) per developer
+    context_chars: int = 2400  # each workspace's stable context (~600 tokens)
+    n_ctx: int = 2048  # per slot
+    stagger_s: float = 0.5  # between developers' starts
+    timeout_s: float = 600.0  # hang guard per request / developer, not a timing
+
+
+@dataclass(frozen=True)
 class RestartConfig:
     sizes: tuple[int, ...] = (2048, 8192)  # stable-prefix tokens (repo map + pins)
     max_tokens: int = 8  # answer length (TTFT does not depend on it)
@@ -76,6 +91,7 @@ class BenchConfig:
     typing: TypingConfig = field(default_factory=TypingConfig)
     restart: RestartConfig = field(default_factory=RestartConfig)
     next_edit: NextEditConfig = field(default_factory=NextEditConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +146,7 @@ QUICK = replace(
     typing=TypingConfig(lines=2, repo_map_tokens=256),
     restart=RestartConfig(sizes=(768,)),
     next_edit=NextEditConfig(tasks=1),
+    fleet=FleetConfig(enabled=False),
 )
 
 FULL = replace(

@@ -28,6 +28,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _remote(sections.get("remote", {})),
         _schedule(sections.get("schedule", {})),
         *_next_edit(sections.get("next_edit", {})),
+        *_fleet(sections.get("fleet", {})),
     ]
 
 
@@ -194,6 +195,30 @@ def _next_edit(sec: dict[str, Any]) -> list[dict[str, Any]]:
               None if speedup is None else speedup >= 2.0,
               f"{_f(speedup)}× ({lk['accepted']}/{lk['drafted']} drafted tokens accepted)",
               dict(lk), f"{lk['differing_tokens']} tokens differ from the plain loop"),
+    ]
+
+
+def _fleet(sec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals of the team fleet (section 12, default mode)."""
+    texts = {
+        "fleet_affinity": "fleet: with session-affinity routing, the median tokens prefilled at "
+                          "an ask ≤ 1.2 × a single developer's on a private server "
+                          "(round-robin shown beside it)",
+        "fleet_failover": "fleet: a replica killed mid-run: 0 failed asks",
+    }
+    if sec.get("status") != "ok":
+        return [_not_measured(gid, text, sec) for gid, text in texts.items()]
+    q, rows = sec["ratios"], sec["rows"]
+    aff = q["affinity_over_single"]
+    kill = rows["kill"]
+    return [
+        _goal("fleet_affinity", texts["fleet_affinity"], None if aff is None else aff <= 1.2,
+              f"affinity / single = {_f(aff)}; round-robin / single = "
+              f"{_f(q['round_robin_over_single'])}", dict(q)),
+        _goal("fleet_failover", texts["fleet_failover"], kill["failed_asks"] == 0,
+              f"{kill['failed_asks']} failed of {kill['planned_asks']}; {kill['misses']} "
+              f"reported misses, {kill['retries']} retried requests",
+              {k: kill[k] for k in ("failed_asks", "planned_asks", "misses", "retries")}),
     ]
 
 

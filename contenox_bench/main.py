@@ -20,7 +20,7 @@ log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule", "next_edit")
+            "remote", "schedule", "next_edit", "fleet")
 
 
 def _have_matplotlib() -> bool:
@@ -66,6 +66,7 @@ def run_bench(args: argparse.Namespace) -> int:
         backends,
         curve,
         drift,
+        fleet_bench,
         goals,
         next_edit_trace,
         plots,
@@ -103,7 +104,7 @@ def run_bench(args: argparse.Namespace) -> int:
                         + backends.planned_units(cfg) + drift.planned_units(cfg)
                         + typing_trace.planned_units(cfg) + restart.planned_units(cfg)
                         + remote_bench.planned_units(cfg) + schedule.planned_units(cfg)
-                        + next_edit_trace.planned_units(cfg))
+                        + next_edit_trace.planned_units(cfg) + fleet_bench.planned_units(cfg))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -186,6 +187,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 cfg, profile, profile_file, out, tmp, progress))
             run_section("next_edit", lambda: next_edit_trace.run(
                 cfg, profile, profile_file, out, tmp, progress))
+            run_section("fleet", lambda: fleet_bench.run(cfg, profile, tmp, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)
         print(f"contenox-lsp bench: interrupted; partial report in {out / 'report.md'}",

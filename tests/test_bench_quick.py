@@ -17,12 +17,13 @@ import pytest
 pytest.importorskip("matplotlib")
 
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule", "next_edit")
+            "remote", "schedule", "next_edit", "fleet")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
          "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft",
          "engine_vs_llama_server", "exact_schedule_speed", "next_edit_prefill",
-         "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup"}
+         "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup", "fleet_affinity",
+         "fleet_failover"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -64,7 +65,7 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
             "plots"} <= set(r)
     assert set(r["sections"]) == set(SECTIONS)
     for name in SECTIONS:
-        if name not in ("backends", "remote"):  # those two: their own tests below
+        if name not in ("backends", "remote", "fleet"):  # those: their own checks below
             assert r["sections"][name]["status"] == "ok", (name, r["sections"][name]["status"])
 
     rt = r["sections"]["runtime"]
@@ -107,8 +108,11 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     assert {g["id"] for g in r["goals"]} == GOALS
     # Every goal is judged; the llama-server one only where the server could be built.
     unjudged = {g["id"] for g in r["goals"] if g["met"] not in (True, False)}
+    # The team fleet runs in default mode only (tests/test_fleet.py runs it small).
+    assert r["sections"]["fleet"]["status"].startswith("skipped: default mode only")
     assert unjudged <= ({"engine_vs_llama_server"}
-                        if r["sections"]["remote"]["status"].startswith("skipped") else set())
+                        if r["sections"]["remote"]["status"].startswith("skipped") else set()
+                        ) | {"fleet_affinity", "fleet_failover"}
 
     assert set(r["plots"]) == {"curve", "trace", "scaling"}
     for name in r["plots"].values():

@@ -27,7 +27,9 @@ from pytest_lsp import LanguageClient
 from test_lsp_support import copy_stdlib_json, request, start_client, stop_client, wait_warm
 
 from contenox_bench import fleet as fleet_mod
-from contenox_bench import llama_server
+from contenox_bench import fleet_bench, goals, llama_server
+from contenox_bench.config import DEFAULT, FleetConfig
+from contenox_bench.progress import Progress
 from engine import ProfileError, load_profile, open_session
 from engine.remote.llama_server import LlamaServerSession
 from engine.remote.session_key import derive_session_key
@@ -186,6 +188,29 @@ def test_a_replica_killed_under_a_developer_is_one_reported_miss(
         assert small_fleet.replicas_using(slot) == [1 - holding[0]]
         out = session.generate(max_tokens=4)
         assert out.decode_tokens >= 1
+
+
+def test_the_bench_section_runs_on_a_small_fleet(tmp_path: Path) -> None:
+    """Section 12 as the default bench runs it, smaller: every row answers every ask, the
+    kill row included, and its goals are judged from what it measured."""
+    _require_fleet()
+    from dataclasses import replace
+
+    cfg = replace(DEFAULT, fleet=FleetConfig(developers=2, steps=2, context_chars=900))
+    with open(tmp_path / "progress.txt", "w", encoding="utf-8") as stream:
+        sec = fleet_bench.run(cfg, load_profile(None), tmp_path, Progress(4, stream))
+    assert sec["status"] == "ok", sec["status"]
+    for name in fleet_bench.ROWS:
+        row = sec["rows"][name]
+        assert row["failed_asks"] == 0 and row["asks"] == row["planned_asks"], (name, row)
+    # With affinity every ask after the first reuses the developer's context on their replica.
+    later = [a for a in sec["rows"]["affinity"]["per_ask"] if a["step"] > 0]
+    assert later and all(not a["miss"] for a in later)
+    judged = {g["id"]: g for g in goals.evaluate({"fleet": sec})}
+    assert judged["fleet_failover"]["met"] is True
+    assert judged["fleet_affinity"]["met"] in (True, False)
+    md = "\n".join(fleet_bench.markdown(sec))
+    assert "12. A team on shared replicas" in md and "round_robin" in md
 
 
 # ----------------------------------------------------------------- two language servers

@@ -34,6 +34,8 @@ T = TypeVar("T")
 #: What a router or proxy answers when the replica it picked is gone or not ready; a server
 #: loading its model answers 503 too. All are worth a retry: another replica may answer.
 RETRY_STATUSES = frozenset({502, 503, 504})
+#: How a Rust router (reqwest) says it could not reach the replica it picked.
+ROUTER_UPSTREAM_FAILURE = "error sending request"
 
 # httpx logs every request at INFO: at the server's default level that would be a line per
 # token count. Its warnings still come through.
@@ -193,10 +195,16 @@ class ServerClient:
 
 def is_retryable(exc: Exception) -> bool:
     """Whether a request that failed this way may succeed on another try: the server was not
-    reached or the connection broke, or a router said its replica is gone (502/503/504)."""
+    reached or the connection broke, or a router said its replica is gone (502/503/504, or
+    vllm-router's 500 for the paths it answers itself, e.g. ``/v1/models``, whose message is
+    its HTTP client's "error sending request for url")."""
     if isinstance(exc, RemoteUnavailableError):
         return True
-    return isinstance(exc, RemoteError) and exc.data.get("status") in RETRY_STATUSES
+    if not isinstance(exc, RemoteError):
+        return False
+    status = exc.data.get("status")
+    return status in RETRY_STATUSES or (
+        status == 500 and ROUTER_UPSTREAM_FAILURE in str(exc.message))
 
 
 def _server_message(text: str) -> tuple[str, str]:
