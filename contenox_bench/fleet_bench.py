@@ -12,8 +12,8 @@ Rows, each on fresh servers, in one run:
 - ``affinity``: the N developers on 2 replicas behind vllm-router, ``consistent_hash`` on
   their session keys;
 - ``round_robin``: the same behind the router's round-robin (a plain load balancer);
-- ``kill``: ``affinity`` with one replica killed once the first asks are done: every ask must
-  be answered; the misses it caused are counted.
+- ``kill``: ``affinity`` with the replica serving developer 0 killed once the first asks are
+  done: every ask must be answered; the misses it caused are counted.
 
 Per row: median tokens prefilled at an ask, median ask TTFT, failed asks, reported misses.
 Skipped, with the reason, where llama-server or vllm-router is not installed.
@@ -71,7 +71,7 @@ def run(cfg: BenchConfig, profile: Any, tmp: Path, progress: Progress) -> dict[s
         with fleet_mod.running_fleet(model, tmp / f"fleet-{row}", replicas=fc.replicas,
                                      policy=policy, n_ctx=fc.n_ctx, slots=fc.slots,
                                      threads=1) as fleet:
-            kill = (lambda f=fleet: f.kill_replica(0)) if row == "kill" else None
+            kill = (lambda asks, f=fleet: _kill_under(f, asks)) if row == "kill" else None
             rows[row] = _drive(fleet.url, fc.developers, fc, kill)
             rows[row]["policy"] = policy
         progress.step(f"fleet: {row}")
@@ -99,10 +99,18 @@ def _context(index: int, chars: int) -> str:
     return f"# workspace {index}\n{text[:chars]}"
 
 
-def _drive(url: str, developers: int, fc: Any, kill: Callable[[], None] | None
-           ) -> dict[str, Any]:
+def _kill_under(fleet: fleet_mod.Fleet, asks: list[dict[str, Any]]) -> None:
+    """Kill the replica that serves developer 0 (found by the slot their key picks), so that
+    at least one developer loses their replica, wherever the router's ring put them."""
+    slot = next(a["slot"] for a in asks if a["developer"] == 0)
+    serving = fleet.replicas_using(int(slot))
+    fleet.kill_replica(serving[0] if serving else 0)
+
+
+def _drive(url: str, developers: int, fc: Any,
+           kill: Callable[[list[dict[str, Any]]], None] | None) -> dict[str, Any]:
     """Run ``developers`` edit traces at once against ``url``; ``kill`` (if any) runs once
-    every developer has answered their first ask."""
+    every developer has answered their first ask, with the asks so far."""
     asks: list[dict[str, Any]] = []
     failures: list[str] = []
     lock = threading.Lock()
@@ -125,7 +133,9 @@ def _drive(url: str, developers: int, fc: Any, kill: Callable[[], None] | None
     if kill is not None:
         try:
             first_done.wait(timeout=fc.timeout_s)
-            kill()
+            with lock:
+                so_far = list(asks)
+            kill(so_far)
         except threading.BrokenBarrierError:
             pass
     for t in threads:
@@ -139,6 +149,8 @@ def _drive(url: str, developers: int, fc: Any, kill: Callable[[], None] | None
         "median_ask_new_tokens": median(summary([a["new_tokens"] for a in asks], "tokens")),
         "median_ask_ttft_ms": median(summary([a["ttft_ms"] for a in asks], "ms")),
         "misses": sum(1 for a in asks if a["miss"]),
+        # Misses of the idle pre-prefills (a replica lost between edits is noticed there).
+        "idle_misses": sum(1 for a in asks if a["idle_miss"]),
         "retries": sum(a["retries"] for a in asks),
         "per_ask": asks,
     }
@@ -160,7 +172,7 @@ def _trace(url: str, index: int, fc: Any, asks: list[dict[str, Any]], lock: thre
         for step in range(fc.steps):
             text += f"\nedited_{index}_{step} = {step}  # an edit\n"
             context = [*bos, *session.tokenize(text, special=False)]
-            session.prefill(context)  # the idle pre-prefill after the edit
+            idle = session.prefill(context)  # the idle pre-prefill after the edit
             ask = [*context, *session.tokenize(QUESTION, special=False)]
             prefilled = session.prefill(ask)
             answer = session.generate(max_tokens=4)
@@ -173,6 +185,7 @@ def _trace(url: str, index: int, fc: Any, asks: list[dict[str, Any]], lock: thre
                              "prompt_tokens": len(ask),
                              "ttft_ms": round(answer.ttft_ms, 1),
                              "miss": prefilled.miss_reason is not None,
+                             "idle_miss": idle.miss_reason is not None,
                              "retries": retried,
                              "slot": status.get("slot")})
             if step == 0 and first_done is not None:
@@ -192,8 +205,8 @@ def markdown(sec: dict[str, Any]) -> list[str]:
         "behind vllm-router; `single`: one developer alone on a private llama-server. "
         "`kill`: one replica killed once every developer's first ask was answered.",
         "",
-        "| row | policy | asks | failed | misses | retries | tokens prefilled at ask "
-        "(median) | ask TTFT ms (median) |",
+        "| row | policy | asks | failed | misses (ask / idle) | retries | tokens prefilled at "
+        "ask (median) | ask TTFT ms (median) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in ROWS:
@@ -202,10 +215,16 @@ def markdown(sec: dict[str, Any]) -> list[str]:
         ttft = "n/a" if r["median_ask_ttft_ms"] is None else round(r["median_ask_ttft_ms"])
         lines.append(
             f"| {name} | {r.get('policy', 'private server')} | {r['asks']}/{r['planned_asks']} "
-            f"| {r['failed_asks']} | {r['misses']} | {r['retries']} "
+            f"| {r['failed_asks']} | {r['misses']} / {r['idle_misses']} | {r['retries']} "
             f"| {new} | {ttft} |")
     q = sec["ratios"]
-    lines += ["", f"Ratios: affinity / single {q['affinity_over_single']}, round-robin / single "
-                  f"{q['round_robin_over_single']} (tokens prefilled at ask); round-robin / "
-                  f"affinity TTFT {q['round_robin_ttft_over_affinity']}.", ""]
+    lines += ["", f"Ratios: affinity / single {_r2(q['affinity_over_single'])}, round-robin / "
+                  f"single {_r2(q['round_robin_over_single'])} (tokens prefilled at ask); "
+                  f"round-robin / affinity TTFT {_r2(q['round_robin_ttft_over_affinity'])}. "
+                  "Retries: requests sent again after a router's 502 (a replica gone, or a "
+                  "connection to a live one that llama-server had closed).", ""]
     return lines
+
+
+def _r2(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"

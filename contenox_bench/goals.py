@@ -216,9 +216,11 @@ def _fleet(sec: dict[str, Any]) -> list[dict[str, Any]]:
               f"affinity / single = {_f(aff)}; round-robin / single = "
               f"{_f(q['round_robin_over_single'])}", dict(q)),
         _goal("fleet_failover", texts["fleet_failover"], kill["failed_asks"] == 0,
-              f"{kill['failed_asks']} failed of {kill['planned_asks']}; {kill['misses']} "
-              f"reported misses, {kill['retries']} retried requests",
-              {k: kill[k] for k in ("failed_asks", "planned_asks", "misses", "retries")}),
+              f"{kill['failed_asks']} failed of {kill['planned_asks']}; reported misses "
+              f"{kill['misses']} at asks, {kill['idle_misses']} at idle pre-prefills; "
+              f"{kill['retries']} retried requests",
+              {k: kill[k] for k in ("failed_asks", "planned_asks", "misses", "idle_misses",
+                                    "retries")}),
     ]
 
 

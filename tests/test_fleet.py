@@ -206,6 +206,8 @@ def test_the_bench_section_runs_on_a_small_fleet(tmp_path: Path) -> None:
     # With affinity every ask after the first reuses the developer's context on their replica.
     later = [a for a in sec["rows"]["affinity"]["per_ask"] if a["step"] > 0]
     assert later and all(not a["miss"] for a in later)
+    kill = sec["rows"]["kill"]
+    assert kill["misses"] + kill["idle_misses"] >= 1  # the killed replica's developers moved
     judged = {g["id"]: g for g in goals.evaluate({"fleet": sec})}
     assert judged["fleet_failover"]["met"] is True
     assert judged["fleet_affinity"]["met"] in (True, False)

@@ -423,7 +423,9 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                 self._client.retries += 1
                 log.info("%s: %s; sending the request again in %.1f s",
                          self._client.base_url, exc, delay)
-                time.sleep(delay)
+                if self._cancel.wait(delay):  # a cancel ends the wait too
+                    raise CancelledError("remote request cancelled while retrying",
+                                         stage="retry") from None
                 delay = min(delay * 2, 1.0)
 
     def _request(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
