@@ -101,9 +101,10 @@ class Fleet:
 def start_fleet(model: Path, *, log_dir: Path, replicas: int = 2,
                 policy: str = "consistent_hash", port: int | None = None, n_ctx: int = 4096,
                 slots: int = 2, threads: int = 1, ubatch: int | None = 32,
-                ready_timeout_s: float = 120.0) -> Fleet:
+                ready_timeout_s: float = 120.0, models: Sequence[Path] = ()) -> Fleet:
     """Start ``replicas`` llama-servers (``slots`` slots of ``n_ctx`` each) and vllm-router
-    with ``policy`` on 127.0.0.1; returns once the router answers through to its replicas."""
+    with ``policy`` on 127.0.0.1; returns once the router answers through to its replicas.
+    ``models``: a model per replica (tests: a replica serving another model), else ``model``."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
     binary = router_binary()
@@ -114,7 +115,7 @@ def start_fleet(model: Path, *, log_dir: Path, replicas: int = 2,
     try:
         for i in range(replicas):
             running.append(llama_server.start(
-                model, log_path=log_dir / f"replica-{i}.log", n_ctx=n_ctx, slots=slots,
+                models[i] if i < len(models) else model, log_path=log_dir / f"replica-{i}.log", n_ctx=n_ctx, slots=slots,
                 threads=threads, ubatch=ubatch, ready_timeout_s=ready_timeout_s))
         port = port or llama_server.free_port()
         cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port),

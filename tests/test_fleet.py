@@ -30,7 +30,9 @@ from contenox_bench import fleet as fleet_mod
 from contenox_bench import fleet_bench, goals, llama_server
 from contenox_bench.config import DEFAULT, FleetConfig
 from contenox_bench.progress import Progress
-from engine import ProfileError, load_profile, open_session
+from engine import ContextOverflowError, ProfileError, load_profile, open_session
+from engine.errors import RemoteError, RemoteUnavailableError
+from engine.remote.client import RetryBudget, is_retryable
 from engine.remote.llama_server import LlamaServerSession
 from engine.remote.session_key import derive_session_key
 
@@ -79,6 +81,21 @@ def test_keys_salts_and_retries_are_not_the_cache_identity() -> None:
     other = base.with_overrides({"remote.session_key": "dev-b", "remote.cache_salt": "s1",
                                  "remote.retry_s": 0.0}, source="t")
     assert other.profile_id == base.profile_id
+
+
+def test_retries_back_off_within_their_budget_and_only_for_what_another_try_may_fix() -> None:
+    budget = RetryBudget(30.0)
+    assert [budget.next_delay() for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert RetryBudget(0.0).next_delay() is None  # remote.retry_s = 0: never
+    assert is_retryable(RemoteUnavailableError("refused", url="u"))
+    for status in (502, 503, 504):
+        assert is_retryable(RemoteError("gone", status=status))
+    router_500 = RemoteError("u/v1/models answered HTTP 500: Request failed: error sending "
+                             "request for url (http://replica/v1/models)", status=500)
+    assert is_retryable(router_500)
+    assert not is_retryable(RemoteError("u answered HTTP 500: model crashed", status=500))
+    assert not is_retryable(RemoteError("bad request", status=400))
+    assert not is_retryable(ContextOverflowError("too long"))
 
 
 class _Recorder(ThreadingHTTPServer):
@@ -213,6 +230,33 @@ def test_the_bench_section_runs_on_a_small_fleet(tmp_path: Path) -> None:
     assert judged["fleet_affinity"]["met"] in (True, False)
     md = "\n".join(fleet_bench.markdown(sec))
     assert "12. A team on shared replicas" in md and "round_robin" in md
+
+
+def test_a_replica_serving_another_model_is_a_reported_miss_never_its_cache(
+        model_path: str, tmp_path: Path) -> None:
+    """Replica 1 serves another model file (as far as the server says: another path, so
+    another model identity). A developer moved onto it by a failover gets nothing from it
+    but a reported identity miss."""
+    _require_fleet()
+    other = tmp_path / "other-model.gguf"
+    other.symlink_to(model_path)
+    with fleet_mod.running_fleet(Path(model_path), tmp_path / "fleet", replicas=2,
+                                 n_ctx=N_CTX, slots=2, threads=1,
+                                 models=[Path(model_path), other]) as running, \
+            open_session(_profile(running.url, **{"remote.session_key": "dev-other"})
+                         ) as session:
+        prompt = _prompt(session, "def area(r):\n    return 3.14159 * r * r\n" * 10)
+        session.prefill(prompt)
+        assert session.prefill(prompt).reused_tokens > 0
+        before = session.identity
+        slot = session.remote_status["slot"]  # type: ignore[index]
+        serving = running.replicas_using(slot)
+        running.kill_replica(serving[0])
+        moved = session.prefill(prompt)
+        assert moved.reused_tokens == 0
+        assert moved.miss_reason is not None and "server changed" in moved.miss_reason
+        assert session.identity != before and session.identity.model_digest != \
+            before.model_digest
 
 
 # ----------------------------------------------------------------- two language servers

@@ -80,23 +80,26 @@ class ServerClient:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self._call("POST", path, body)
 
-    def retrying(self, attempt: Callable[[], T], cancelled: Callable[[], bool] = lambda: False,
-                 ) -> T:
+    def retry_budget(self) -> RetryBudget:
+        return RetryBudget(self.retry_s)
+
+    def note_retry(self, exc: Exception, delay: float) -> None:
+        self.retries += 1
+        log.info("%s: %s; sending the request again in %.1f s", self.base_url, exc, delay)
+
+    def retrying(self, attempt: Callable[[], T]) -> T:
         """``attempt()``, tried again while it fails in a way another try may not (no server
         reachable, a router's 502/503/504), for up to ``retry_s`` seconds in all."""
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.1
+        budget = self.retry_budget()
         while True:
             try:
                 return attempt()
             except (RemoteUnavailableError, RemoteError) as exc:
-                if (not is_retryable(exc) or cancelled()
-                        or time.monotonic() + delay > deadline):
+                delay = budget.next_delay() if is_retryable(exc) else None
+                if delay is None:
                     raise
-                self.retries += 1
-                log.info("%s: %s; trying again in %.1f s", self.base_url, exc, delay)
+                self.note_retry(exc, delay)
                 time.sleep(delay)
-                delay = min(delay * 2, 1.0)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         return self.retrying(lambda: self._call_once(method, path, body))
@@ -191,6 +194,22 @@ class ServerClient:
             f"{self.base_url}{path} answered HTTP {status}: {message}{hint}",
             url=self.base_url, path=path, status=status, type=kind,
         )
+
+
+class RetryBudget:
+    """Backoff delays (0.1 s doubling to 1 s) while they fit in ``seconds`` from now."""
+
+    def __init__(self, seconds: float) -> None:
+        self._deadline = time.monotonic() + seconds
+        self._delay = 0.1
+
+    def next_delay(self) -> float | None:
+        """How long to wait before the next try; None: the budget is spent."""
+        delay = self._delay
+        if time.monotonic() + delay > self._deadline:
+            return None
+        self._delay = min(delay * 2, 1.0)
+        return delay
 
 
 def is_retryable(exc: Exception) -> bool:

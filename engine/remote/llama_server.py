@@ -407,8 +407,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
         """``_request``, sent again while it fails before anything came back but progress
         (``remote.retry_s``): a replica that died under a router, or a restarting server, costs
         a slower answer on another replica, whose missing prefix the final piece reports."""
-        deadline = time.monotonic() + self._client.retry_s
-        delay = 0.1
+        budget = self._client.retry_budget()
         while True:
             produced = False
             try:
@@ -417,16 +416,14 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
                     yield piece
                 return
             except EngineError as exc:
-                if (produced or not is_retryable(exc) or self._cancel.is_set()
-                        or time.monotonic() + delay > deadline):
+                retry = not produced and is_retryable(exc) and not self._cancel.is_set()
+                delay = budget.next_delay() if retry else None
+                if delay is None:
                     raise
-                self._client.retries += 1
-                log.info("%s: %s; sending the request again in %.1f s",
-                         self._client.base_url, exc, delay)
+                self._client.note_retry(exc, delay)
                 if self._cancel.wait(delay):  # a cancel ends the wait too
                     raise CancelledError("remote request cancelled while retrying",
                                          stage="retry") from None
-                delay = min(delay * 2, 1.0)
 
     def _request(self, tokens: Sequence[int], n_predict: int, *, cache: bool = True
                  ) -> Iterator[Piece]:
