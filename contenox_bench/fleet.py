@@ -115,8 +115,9 @@ def start_fleet(model: Path, *, log_dir: Path, replicas: int = 2,
     try:
         for i in range(replicas):
             running.append(llama_server.start(
-                models[i] if i < len(models) else model, log_path=log_dir / f"replica-{i}.log", n_ctx=n_ctx, slots=slots,
-                threads=threads, ubatch=ubatch, ready_timeout_s=ready_timeout_s))
+                models[i] if i < len(models) else model, log_path=log_dir / f"replica-{i}.log",
+                n_ctx=n_ctx, slots=slots, threads=threads, ubatch=ubatch,
+                ready_timeout_s=ready_timeout_s))
         port = port or llama_server.free_port()
         cmd = [str(binary), "--host", "127.0.0.1", "--port", str(port),
                "--worker-urls", *(r.url for r in running), "--policy", policy,

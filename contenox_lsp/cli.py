@@ -18,6 +18,9 @@ from contenox_lsp.errors import InputError
 from contenox_lsp.options import add_server_arguments, options_from_args
 from engine import EngineError
 
+#: Entry point group of commands other packages provide (contenox_bench: bench, eval).
+COMMANDS_GROUP = "contenox_lsp.commands"
+
 log = logging.getLogger("contenox")
 
 EXIT_OK = 0
@@ -317,64 +320,28 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_context(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from contenox_bench.ctxeval import format_table, run
-    from engine import open_session
-
-    try:
-        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-    except ValueError:
-        budgets = []
-    if not budgets or any(not 64 <= b <= 65_536 for b in budgets):
-        raise InputError("--budgets must be integers between 64 and 65536, comma-separated",
-                         budgets=args.budgets)
-    tasks = Path(args.tasks)
-    if not tasks.is_file():
-        raise InputError(f"no such tasks file: {tasks}", tasks=str(tasks))
-    with open_session(_load_profile(args)) as session:
-        doc = run(tasks, Path(args.out), budgets, session, only=args.task)
-    sys.stdout.write(format_table(doc["summary"], budgets, len(doc["tasks"])))
-    print(f"wrote {Path(args.out) / 'context-eval.json'}", file=sys.stderr)
-    return EXIT_OK
+    return _bench_command("eval-context")(args, _load_profile)
 
 
 def cmd_eval_next_edit(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from contenox_bench.edit_replay import load_tasks
-    from contenox_bench.next_edit_eval import format_table, run
-
-    if args.tasks is not None and not Path(args.tasks).is_file():
-        raise InputError(f"no such tasks file: {args.tasks}", tasks=str(args.tasks))
-    try:
-        tasks = load_tasks(Path(args.tasks) if args.tasks else None)
-    except ValueError as e:
-        raise InputError(str(e), tasks=str(args.tasks)) from e
-    if args.task:
-        unknown = sorted(set(args.task) - {t["id"] for t in tasks})
-        if unknown:
-            raise InputError(f"no such task: {', '.join(unknown)}", tasks=str(args.tasks))
-        tasks = [t for t in tasks if t["id"] in args.task]
-    if not 0 < args.settle <= 3600:
-        raise InputError("--settle must be in (0, 3600] seconds", settle=args.settle)
-    _load_profile(args)  # a bad profile or a missing model: the CLI's error, before a server
-    options: dict[str, Any] = {"logLevel": "warning"}
-    profile, model = getattr(args, "profile", None), getattr(args, "model", None)
-    if profile:
-        options["profile"] = str(Path(profile).resolve())
-    if model:
-        options["model"] = model if model.startswith("embedded:") else str(Path(model).resolve())
-    doc = run(tasks, Path(args.out), options, args.settle)
-    sys.stdout.write(format_table(doc))
-    print(f"wrote {Path(args.out) / 'next-edit-eval.json'}", file=sys.stderr)
-    return EXIT_OK
+    return _bench_command("eval-next-edit")(args, _load_profile)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from contenox_bench import run_bench
+    return _bench_command("bench")(args, _load_profile)
 
-    return run_bench(args)
+
+def _bench_command(name: str) -> Any:
+    """A command of the benchmark package, found through its ``contenox_lsp.commands`` entry
+    point (the server package imports nothing of the benchmark)."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=COMMANDS_GROUP):
+        if point.name == name:
+            return point.load()
+    raise InputError(
+        f"'{name}' is provided by the contenox_bench package, which is not installed with "
+        "its entry points: reinstall the project (pip install -e .)", command=name)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

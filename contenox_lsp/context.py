@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contenox_lsp.clock import settle_wait
 from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.turn import read_disk_text
 from engine.model_files import cache_dir
@@ -124,12 +125,9 @@ class ContextService:
         self._post(self._apply_change, path, change)
 
     def _apply_change(self, path: Path, change: _BufferChange) -> None:
-        while True:
-            now = time.monotonic()
-            quiet_for = now - change.last
-            if quiet_for >= FOLD_QUIET_S or now - change.since >= FOLD_MAX_WAIT_S:
-                break
-            time.sleep(FOLD_QUIET_S - quiet_for)
+        while (wait := settle_wait(change.since, change.last, FOLD_QUIET_S,
+                                   FOLD_MAX_WAIT_S)) > 0:
+            time.sleep(wait)
         with self._waiting_lock:
             # From here on, a new change of this file waits for the next turn of the thread.
             if self._waiting.get(path) is change:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contenox_lsp.auto_snapshots import AutoSnapshots
+from contenox_lsp.clock import LoopTimer
 from contenox_lsp.jobs import background_prefill
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
@@ -62,14 +63,13 @@ class IdlePrefill:
         self.assembly: Assembly | None = None
         """The last idle assembly (the completion prompt takes its repository part)."""
         self.last_invalidated: list[str] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._debounce = LoopTimer()
         self._generation = 0
         self._refreshing: asyncio.Task[None] | None = None
         self._job: Job | None = None
         self._job_target: list[int] | None = None
         self._kick_task: asyncio.Task[None] | None = None
-        self._held_until = 0.0
-        self._hold_timer: asyncio.TimerHandle | None = None
+        self._hold = LoopTimer()  # pending: no background prefill (inline completion)
         self._closed = False
 
     # -- edit stream -------------------------------------------------------------------------
@@ -79,13 +79,9 @@ class IdlePrefill:
         if self._closed:
             return
         self._generation += 1
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.debounce_ms / 1000.0, self._fire)
+        self._debounce.start(self.debounce_ms / 1000.0, self._fire)
 
     def _fire(self) -> None:
-        self._timer = None
         self._refreshing = asyncio.ensure_future(self.refresh())
 
     async def refresh(self) -> None:
@@ -111,7 +107,7 @@ class IdlePrefill:
     def stale(self) -> bool:
         """A change arrived that the current target does not reflect yet (debounce pending
         or re-assembly in flight)."""
-        return self._timer is not None or (
+        return self._debounce.pending or (
             self._refreshing is not None and not self._refreshing.done()
         )
 
@@ -140,17 +136,13 @@ class IdlePrefill:
         """Start no background prefill for ``seconds`` (inline completions are coming: the
         chat prefix would take the live sequence from them at every keystroke); it resumes
         by itself afterwards."""
-        loop = asyncio.get_running_loop()
-        self._held_until = max(self._held_until, loop.time() + seconds)
-        if self._hold_timer is not None:
-            self._hold_timer.cancel()
-        self._hold_timer = loop.call_at(self._held_until, self.kick)
+        self._hold.extend_to(seconds, self.kick)
 
     def kick(self) -> None:
         """(Re)start the background prefill of the current target if it is not resident."""
         if self._closed or self.target is None or not self.enabled:
             return
-        if asyncio.get_running_loop().time() < self._held_until:
+        if self._hold.pending:
             return  # held for inline completion; the hold timer kicks again
         if self._kick_task is not None and not self._kick_task.done():
             # Already prefilling: if that is for an older target, stop it; the running
@@ -166,7 +158,7 @@ class IdlePrefill:
             target = self.target
             if target is None or self._worker.session is None:
                 return
-            if asyncio.get_running_loop().time() < self._held_until:
+            if self._hold.pending:
                 return  # the hold timer kicks again
             pending = self.pending_tokens()
             assembly = self.assembly
@@ -237,9 +229,7 @@ class IdlePrefill:
 
     def close(self) -> None:
         self._closed = True
-        if self._hold_timer is not None:
-            self._hold_timer.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._hold.cancel()
+        self._debounce.cancel()
         if self._job is not None:
             self._worker.cancel(self._job)

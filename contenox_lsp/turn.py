@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contenox_lsp import workspace_reads as W
 from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget, CodeRequest, code_inputs
 from contenox_lsp.paths import relative_to_roots, root_of
 from contextasm import (
@@ -28,7 +29,7 @@ from contextasm import (
     UserTurn,
     assemble,
 )
-from contextasm import workspace as W
+from contextasm.defaults import DEFAULT_SYSTEM_PROMPT, DEFAULT_TASK_POLICY, default_tool_schemas
 from contextasm.tokens import default_token_counter
 from repo_index.safe_read import read_regular_file
 
@@ -219,9 +220,9 @@ def gather(
         for root in roots
     )
     return ContextInputs(
-        system_prompt=W.load_system_prompt(primary) if primary else W.DEFAULT_SYSTEM_PROMPT,
-        tool_schemas=W.default_tool_schemas(),
-        task_policy=W.DEFAULT_TASK_POLICY,
+        system_prompt=W.load_system_prompt(primary) if primary else DEFAULT_SYSTEM_PROMPT,
+        tool_schemas=default_tool_schemas(),
+        task_policy=DEFAULT_TASK_POLICY,
         repo_instructions=W.load_repo_instructions(primary) if primary else None,
         repo_map=repo_map,
         pins=pins,

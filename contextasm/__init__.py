@@ -1,9 +1,10 @@
 """Backend-independent context assembly: segments, manifest, cache policy, explain-context.
 
-Typical use (the engine provides the tokenizer and the identity)::
+Typical use (the engine provides the tokenizer and the identity; the caller reads the
+workspace: this package does no I/O, ``contenox_lsp.workspace_reads`` is the product's)::
 
-    inputs = gather_inputs(root, "why does parse() fail?", file_path="src/p.py", line=42,
-                           repo_map=RepoMap(m.text, m.digest, render=...))
+    inputs = ContextInputs(system_prompt=DEFAULT_SYSTEM_PROMPT, ..., repo_map=RepoMap(...),
+                           user=UserTurn(question="why does parse() fail?"))
     asm = assemble(inputs, session, identity, max_new_tokens=512)
     n, reason = asm.reuse_against_resident(session.resident_tokens, session.identity)
     table = format_explain_table(explain(asm, n).rows)
@@ -14,6 +15,11 @@ See ``contextasm/README.md`` for the full API.
 from __future__ import annotations
 
 from contextasm.assembly import DEFAULT_MARGIN, Assembly, DroppedSegment, Segment, assemble
+from contextasm.defaults import (
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_TASK_POLICY,
+    default_tool_schemas,
+)
 from contextasm.errors import (
     ContextAsmError,
     ContextOverflowError,
@@ -56,19 +62,6 @@ from contextasm.segments import STABLE_KINDS, CacheClass, SegmentKind
 from contextasm.snapshot_key import SnapshotKey
 from contextasm.store import SnapshotEntry, SnapshotStore
 from contextasm.tokens import TokenCache, Tokenizer, default_token_cache
-from contextasm.workspace import (
-    DEFAULT_SYSTEM_PROMPT,
-    DEFAULT_TASK_POLICY,
-    current_diff,
-    cursor_context,
-    default_tool_schemas,
-    file_text,
-    gather_inputs,
-    load_pin,
-    load_repo_instructions,
-    load_system_prompt,
-    repo_map_from_index,
-)
 
 __all__ = [
     "AUTO_FORMAT",
@@ -113,19 +106,11 @@ __all__ = [
     "UserTurn",
     "assemble",
     "common_prefix_length",
-    "current_diff",
-    "cursor_context",
     "default_token_cache",
     "default_tool_schemas",
     "detect_prompt_format",
     "explain",
-    "file_text",
     "format_explain_table",
-    "gather_inputs",
     "get_format",
-    "load_pin",
-    "load_repo_instructions",
-    "load_system_prompt",
-    "repo_map_from_index",
     "resolve_prompt_format",
 ]

@@ -4,10 +4,10 @@ work, and the resident-state accessors of the seam (``engine.session.Session``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from contextasm.identity import ContextIdentity
 from contextasm.manifest import common_prefix_length
@@ -17,7 +17,7 @@ from engine.errors import (
     InvalidSessionStateError,
     UnsupportedCapabilityError,
 )
-from engine.results import BranchInfo, SnapshotResult
+from engine.results import BranchInfo, GenerateResult, SnapshotResult, drain
 
 
 def check_prompt(tokens: Sequence[int], n_vocab: int, n_ctx: int, reserve: int = 0) -> list[int]:
@@ -52,6 +52,23 @@ class SessionBase:
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
+
+    def stream(self, max_tokens: int = 256, *,
+               lookup: int = 0) -> Generator[str, bool | None, GenerateResult]:
+        raise NotImplementedError
+
+    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
+        """``stream`` run to its end (every backend decodes through its stream)."""
+        return drain(self.stream(max_tokens=max_tokens, lookup=lookup))
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextmanager
     def _exclusive(self, what: str) -> Iterator[None]:

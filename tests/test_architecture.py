@@ -1,5 +1,7 @@
-"""The package structure the code relies on: no import cycle, the composition root is the only
-module that knows every feature, the benchmark uses the server's public modules only.
+"""The package structure the code relies on, as a contract: no import cycle, the layers below
+import only what the rules allow, the composition root is the only module that knows every
+feature, the benchmark uses the server's public modules only. Every layer rule is also checked
+on the real graph with one violation planted, so a rule that can no longer fail is noticed.
 
 The import graph is grimp's (the graph library behind import-linter); it counts every import,
 ``TYPE_CHECKING`` blocks and function-local imports included. The same check from a shell:
@@ -14,16 +16,91 @@ import pytest
 PACKAGES = ("contenox_lsp", "contenox_bench", "contextasm", "engine", "repo_index")
 
 #: What the benchmark may import from the server: the protocol tweaks its LSP client needs,
-#: the completion prompt layout (its typing trace rebuilds the server's prompts), and the turn
-#: pipeline with its code-segment budget (the context eval scores the prompts it builds).
+#: the completion prompt layout (its typing trace rebuilds the server's prompts), the turn
+#: pipeline with its code-segment budget (the context eval scores the prompts it builds), and
+#: the CLI's input error (its commands run under ``contenox-lsp``).
 SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completion.prompt",
                  "contenox_lsp.completion.window", "contenox_lsp.turn",
-                 "contenox_lsp.code_segment"}
+                 "contenox_lsp.code_segment", "contenox_lsp.errors"}
+
+
+#: Modules of contextasm that may touch the filesystem: the snapshot store keeps its own cache
+#: directory. Nothing else there reads a file, runs a process or opens a socket: the
+#: workspace is read by the product (contenox_lsp.workspace_reads).
+CONTEXTASM_IO = {"contextasm.store"}
+IO_MODULES = {"os", "pathlib", "subprocess", "shutil", "fcntl", "tempfile", "socket", "io",
+              "urllib", "httpx"}
 
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph(*PACKAGES)
+    return grimp.build_graph(*PACKAGES, include_external_packages=True)
+
+
+def _modules(graph: grimp.ImportGraph, package: str) -> set[str]:
+    return set(graph.find_descendants(package)) | {package}
+
+
+def _ours(module: str) -> str | None:
+    top = module.split(".")[0]
+    return top if top in PACKAGES else None
+
+
+def layer_violations(graph: grimp.ImportGraph) -> dict[str, list[tuple[str, str]]]:
+    """Each layer rule and the direct imports that break it."""
+    found: dict[str, list[tuple[str, str]]] = {rule: [] for rule in LAYER_RULES}
+    for package in PACKAGES:
+        for importer in sorted(_modules(graph, package)):
+            for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+                theirs = _ours(imported)
+                if package == "contextasm" and theirs not in (None, "contextasm"):
+                    found["contextasm imports nothing of ours"].append((importer, imported))
+                if (package == "contextasm" and importer not in CONTEXTASM_IO
+                        and imported.split(".")[0] in IO_MODULES):
+                    found["contextasm does no I/O but its snapshot store's"].append(
+                        (importer, imported))
+                if package == "repo_index" and theirs not in (None, "repo_index", "contextasm"):
+                    found["repo_index imports contextasm only"].append((importer, imported))
+                if package == "engine" and theirs not in (None, "engine", "contextasm"):
+                    found["engine imports contextasm only"].append((importer, imported))
+                if theirs == "contenox_bench" and package != "contenox_bench":
+                    found["nothing imports contenox_bench"].append((importer, imported))
+    return found
+
+
+LAYER_RULES = (
+    "contextasm imports nothing of ours",
+    "contextasm does no I/O but its snapshot store's",
+    "repo_index imports contextasm only",
+    "engine imports contextasm only",
+    "nothing imports contenox_bench",
+)
+#: One import that breaks each rule, planted in the real graph.
+PLANTED = {
+    "contextasm imports nothing of ours": ("contextasm.assembly", "repo_index.safe_read"),
+    "contextasm does no I/O but its snapshot store's": ("contextasm.render", "subprocess"),
+    "repo_index imports contextasm only": ("repo_index.index", "engine.profile"),
+    "engine imports contextasm only": ("engine.session", "contenox_lsp.paths"),
+    "nothing imports contenox_bench": ("contenox_lsp.runtime", "contenox_bench.stats"),
+}
+
+
+def test_the_layers_hold(graph: grimp.ImportGraph) -> None:
+    assert {rule: v for rule, v in layer_violations(graph).items() if v} == {}
+
+
+@pytest.mark.parametrize("rule", LAYER_RULES)
+def test_each_layer_rule_finds_a_planted_violation(graph: grimp.ImportGraph, rule: str) -> None:
+    importer, imported = PLANTED[rule]
+    added = imported not in graph.modules
+    graph.add_import(importer=importer, imported=imported)
+    try:
+        broken = {r for r, v in layer_violations(graph).items() if v}
+    finally:
+        graph.remove_import(importer=importer, imported=imported)
+        if added:
+            graph.remove_module(imported)
+    assert broken == {rule}
 
 
 def cycles(graph: grimp.ImportGraph, package: str) -> list[tuple[str, ...]]:
@@ -44,6 +121,14 @@ def cycles(graph: grimp.ImportGraph, package: str) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle(graph: grimp.ImportGraph, package: str) -> None:
     assert cycles(graph, package) == []
+
+
+def test_no_cycle_between_packages(graph: grimp.ImportGraph) -> None:
+    """Counting every import (TYPE_CHECKING and function-local ones too)."""
+    both_ways = [(a, b) for a in PACKAGES for b in PACKAGES if a < b
+                 and graph.chain_exists(importer=a, imported=b, as_packages=True)
+                 and graph.chain_exists(importer=b, imported=a, as_packages=True)]
+    assert both_ways == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
@@ -69,6 +154,25 @@ def test_the_server_and_runtime_import_no_feature(graph: grimp.ImportGraph) -> N
         for feature in ("contenox_lsp.handlers", "contenox_lsp.app", "contenox_lsp.cli"):
             assert not graph.chain_exists(importer=module, imported=feature, as_packages=True), (
                 module, feature)
+
+
+def test_the_cli_reaches_the_bench_only_through_its_entry_points() -> None:
+    """``contenox-lsp bench`` and ``eval`` are contenox_bench's, registered under the entry
+    point group the CLI reads (pyproject.toml): the CLI names no module of it."""
+    import ast
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    group = declared["project"]["entry-points"]["contenox_lsp.commands"]
+    assert set(group) == {"bench", "eval-context", "eval-next-edit"}
+    assert all(target.startswith("contenox_bench.") for target in group.values())
+    cli = ast.parse((root / "contenox_lsp" / "cli.py").read_text(encoding="utf-8"))
+    named = {node.module for node in ast.walk(cli) if isinstance(node, ast.ImportFrom)}
+    named |= {a.name for node in ast.walk(cli) if isinstance(node, ast.Import)
+              for a in node.names}
+    assert not {m for m in named if m and m.startswith("contenox_bench")}
 
 
 def test_lower_layers_do_not_import_the_server(graph: grimp.ImportGraph) -> None:

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from contextasm import DEFAULT_SYSTEM_PROMPT, default_tool_schemas, gather_inputs
-from contextasm.difftools import focus_order, parse_diff
-from contextasm.workspace import (
+from contenox_lsp.turn import TurnSpec, WorkspaceState, gather, turn_at
+from contenox_lsp.workspace_reads import (
     buffers_diff,
     current_diff,
-    cursor_context,
     git_diff_head,
     load_pin,
     load_repo_instructions,
     load_system_prompt,
     untracked_files,
 )
+from contextasm import DEFAULT_SYSTEM_PROMPT, default_tool_schemas
+from contextasm.difftools import focus_order, parse_diff
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -136,13 +136,8 @@ def test_non_git_folder_has_only_buffer_diffs(tmp_path: Path):
     assert "--- /dev/null\n+++ b/b.py" in diff  # a buffer never saved is a new file
 
 
-def test_cursor_context_and_pins(tmp_path: Path):
+def test_pins(tmp_path: Path):
     text = "\n".join(f"line {i}" for i in range(1, 101))
-    ctx = cursor_context(text, 50, radius=2)
-    assert ctx == "line 48\nline 49\nline 50\nline 51\nline 52"
-    assert cursor_context(text, 1, radius=1) == "line 1\nline 2"
-    assert cursor_context(text, 500, radius=1) == "line 99\nline 100"
-    assert cursor_context("", 3) == ""
     (tmp_path / "m.py").write_text(text + "\n")
     pin = load_pin(tmp_path, "m.py", 10, 12)
     assert pin is not None and (pin.start_line, pin.end_line) == (10, 12)
@@ -155,12 +150,15 @@ def test_cursor_context_and_pins(tmp_path: Path):
 
 
 @needs_git
-def test_gather_inputs_is_deterministic(repo: Path):
+def test_the_turn_inputs_are_deterministic(repo: Path):
+    """The product's pipeline (``contenox_lsp.turn``): the same editor state gives the same
+    inputs, however the file is named."""
     (repo / "AGENTS.md").write_text("Use tabs.\n")
-    buffers = {repo / "pkg" / "parse.py": (repo / "pkg" / "parse.py").read_text() + "# edit\n"}
-    a = gather_inputs(repo, "why?", file_path=str(repo / "pkg" / "parse.py"), line=10,
-                      buffers=buffers)  # fmt: skip
-    b = gather_inputs(repo, "why?", file_path="pkg/parse.py", line=10, buffers=buffers)
+    path = (repo / "pkg" / "parse.py").resolve()
+    edited = path.read_text() + "# edit\n"
+    state = WorkspaceState(roots=(repo.resolve(),), open_buffers={path: edited})
+    turns = [turn_at(state.roots, path, "why?", text=edited, line=9) for _ in range(2)]
+    a, b = (gather(state, t, None) for t in turns)
     assert a == b
     assert a.user.file_path == "pkg/parse.py" and a.user.line == 10
     assert a.user.cursor_context is not None and "x8 = 8" in a.user.cursor_context
@@ -168,3 +166,4 @@ def test_gather_inputs_is_deterministic(repo: Path):
     assert "+# edit" in a.diff and "AGENTS.md" in a.diff  # untracked AGENTS.md
     assert a.tool_schemas[0]["name"] == "explain"
     assert a.system_prompt == DEFAULT_SYSTEM_PROMPT
+    assert gather(state, TurnSpec(question="why?"), None).user.file_path is None

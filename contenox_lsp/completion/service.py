@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from contenox_lsp.clock import Mark
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import (
     CompletionPrompt,
@@ -137,19 +138,19 @@ class CompletionService:
         self.last: Shown | None = None
         self.stats = CompletionStats()
         self._context: RepoContext | None = None
-        self._last_run = 0.0  # a request's or a speculation's (the sticky context's clock)
+        self._last_run = Mark()  # a request's or a speculation's (the sticky context's clock)
         self.wanted = False
         """Whether the editor uses inline completion (it said so at initialize, or asked for
         one): only then does the idle time warm the completion prompt too."""
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
-        self._last_request_at: float | None = None  # requests only: ``typing``
+        self._last_request = Mark()  # requests only: ``typing``
         self.speculation: Speculation[ModelRun | None] = Speculation()
 
     def _repo_context(self, now: float) -> RepoContext:
         fresh = repo_context(self._rt.idle.assembly, self._rt.repo_name())
-        if self._context is None or now - self._last_run > STICKY_CONTEXT_S:
+        if self._context is None or not self._last_run.within(STICKY_CONTEXT_S, now):
             self._context = fresh
-        self._last_run = now
+        self._last_run.set(now)
         return self._context
 
     # -- typed-through ----------------------------------------------------------------------
@@ -193,8 +194,7 @@ class CompletionService:
     @property
     def typing(self) -> bool:
         """The user is typing with completions on: one was asked in the last few seconds."""
-        at = self._last_request_at
-        return at is not None and time.monotonic() - at <= STICKY_CONTEXT_S
+        return self._last_request.within(STICKY_CONTEXT_S)
 
     async def speculate(self, rel: str, win: CursorWindow) -> ModelRun | None:
         """The model completion at ``win`` as background work (``speculation``); None when
@@ -214,7 +214,7 @@ class CompletionService:
     def _note_request(self) -> None:
         self.stats.requests += 1
         self.wanted = True
-        self._last_request_at = time.monotonic()
+        self._last_request.set()
 
     def _busy_with_user(self) -> bool:
         busy = self._rt.worker.busy_with

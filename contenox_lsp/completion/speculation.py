@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from contenox_lsp.clock import LoopTimer
+
 T = TypeVar("T")
 
 #: Quiet time after a keystroke before the speculative completion starts: keystrokes typed
@@ -40,17 +42,16 @@ class Speculation(Generic[T]):
     def __init__(self) -> None:
         self._at: At | None = None
         self._task: asyncio.Task[T] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = LoopTimer()
 
     def schedule(self, at: At, run: Callable[[], Awaitable[T]],
                  delay_s: float = SPECULATE_AFTER_S) -> None:
         """Drop what was speculated and start ``run()`` for ``at`` after ``delay_s``."""
         self.drop()
         self._at = at
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._start, run)
+        self._timer.start(delay_s, self._start, run)
 
     def _start(self, run: Callable[[], Awaitable[T]]) -> None:
-        self._timer = None
         task = asyncio.ensure_future(run())
         # Nobody may ever await it: take its exception so asyncio does not log it.
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -66,9 +67,7 @@ class Speculation(Generic[T]):
         return None
 
     def drop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._task = None

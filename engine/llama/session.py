@@ -79,7 +79,6 @@ from engine.results import (
     SessionMetrics,
     SnapshotResult,
     decode_rate,
-    drain,
 )
 from engine.session_base import SessionBase, check_prompt
 from engine.snapshot_file import SnapshotPayload, check_compatible, read_snapshot, write_snapshot
@@ -420,11 +419,6 @@ class LlamaSession(SessionBase):
             self._batch = None
         self._model.close()
 
-    def __enter__(self) -> LlamaSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- facts
 
@@ -938,8 +932,6 @@ class LlamaSession(SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
-        return drain(self.stream(max_tokens=max_tokens, lookup=lookup))
 
     # ----------------------------------------------------------------- snapshots
 

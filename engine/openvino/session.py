@@ -54,7 +54,6 @@ from engine.results import (
     PrefillResult,
     SessionMetrics,
     decode_rate,
-    drain,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
@@ -291,11 +290,6 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
         self._pipe = None
         self._tokenizer = None
 
-    def __enter__(self) -> OpenVinoSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- facts
 
@@ -582,8 +576,6 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
-        return drain(self.stream(max_tokens=max_tokens))
 
     # ----------------------------------------------------------------- unsupported
 

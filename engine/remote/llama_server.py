@@ -59,7 +59,6 @@ from engine.results import (
     SessionMetrics,
     SnapshotResult,
     decode_rate,
-    drain,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
@@ -645,17 +644,10 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             )
             return self.metrics.record_generate(result)
 
-    def generate(self, max_tokens: int = 256, *, lookup: int = 0) -> GenerateResult:
-        return drain(self.stream(max_tokens=max_tokens))
 
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> LlamaServerSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- snapshots
 

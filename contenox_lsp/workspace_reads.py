@@ -1,9 +1,11 @@
-"""Gathering assembly inputs from a workspace folder (deterministically).
+"""Reading what a prompt needs from the workspace folder (deterministically): the product's
+I/O half of context assembly, beside ``turn.py`` which assembles with it (``contextasm``
+itself reads nothing).
 
 System prompt (``.contenox/system.md`` or the built-in default), repo instructions (first of
 ``AGENTS.md``, ``.contenox/instructions.md``, ``CONTRIBUTING.md``, capped), the current diff
-(``git diff HEAD`` for tracked files, new untracked files, unsaved editor buffers vs disk), the
-default tool schemas and task policy. Paths are sorted and formatting fixed, so an unchanged
+(``git diff HEAD`` for tracked files, new untracked files, unsaved editor buffers vs disk),
+pins, and the repo map from the index. Paths are sorted and formatting fixed, so an unchanged
 workspace yields byte-identical inputs. Git runs as an argument list (never a shell) with
 optional locks off, so it never contends with the developer's own git commands; a folder that
 is not a git work tree (or a machine without git) simply has no git part.
@@ -19,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contextasm.inputs import ContextInputs, OutputEntry, Pin, RepoInstructions, RepoMap, UserTurn
+from contextasm.defaults import DEFAULT_SYSTEM_PROMPT
+from contextasm.inputs import Pin, RepoInstructions, RepoMap
 from contextasm.tokens import default_token_counter
 from repo_index.safe_read import FileTooLarge, read_regular_file
 
@@ -37,27 +40,6 @@ MAX_UNTRACKED_FILES = 100
 MAX_TEXT_FILE_BYTES = 1_000_000
 MAX_UNTRACKED_TOTAL_BYTES = 128 * 1024
 GIT_TIMEOUT_S = 15.0
-CURSOR_RADIUS = 20
-
-DEFAULT_SYSTEM_PROMPT = """\
-You are Contenox, a coding assistant that runs locally next to the developer's editor.
-You see one repository through the context below: tool schemas, a task policy, the
-repository's own instructions, a map of its files and symbols, pinned files, the current
-uncommitted changes, diagnostics and test output, and finally the developer's request.
-Answer precisely and briefly. Refer to code by file path and line. When you propose a code
-change, show it as a unified diff against the current file contents."""
-
-DEFAULT_TASK_POLICY = """\
-- Ground every statement in the context given; if it is not enough, say what is missing.
-- Prefer the smallest change that solves the problem; keep the surrounding code style.
-- Do not invent functions, modules or APIs that the repository map does not show.
-- The diff section is the developer's uncommitted work: it is the most likely place of a bug.
-- Pinned files are the ones the developer marked as relevant: read them first.
-- Diagnostics or output marked (stale) predate the latest edit and may no longer apply."""
-
-
-def default_task_policy() -> str:
-    return DEFAULT_TASK_POLICY
 
 
 def load_system_prompt(root: str | os.PathLike[str]) -> str:
@@ -82,65 +64,6 @@ def load_repo_instructions(
             text = text[: cut if cut > 0 else max_chars] + f"\n(truncated at {max_chars} chars)\n"
         return RepoInstructions(text=text, source=name)
     return None
-
-
-def default_tool_schemas() -> list[dict[str, Any]]:
-    """JSON schemas of the actions the server offers: explain, fix, docstring, pin, unpin."""
-    path = {"type": "string", "description": "workspace-relative file path"}
-    line = {"type": "integer", "minimum": 1}
-    return [
-        _tool(
-            "explain",
-            "Explain what the code in a line range does and why.",
-            {"path": path, "start_line": line, "end_line": line},
-            ["path", "start_line"],
-        ),
-        _tool(
-            "fix",
-            "Propose a fix for the code in a line range (and the diagnostic there), "
-            "as a unified diff.",
-            {
-                "path": path,
-                "start_line": line,
-                "end_line": line,
-                "diagnostic": {"type": "string", "description": "the diagnostic message"},
-            },
-            ["path", "start_line"],
-        ),
-        _tool(
-            "docstring",
-            "Write a docstring for the function or class defined at a line.",
-            {"path": path, "line": line},
-            ["path", "line"],
-        ),
-        _tool(
-            "pin",
-            "Pin a file or a line range into the stable context.",
-            {"path": path, "start_line": line, "end_line": line},
-            ["path"],
-        ),
-        _tool(
-            "unpin",
-            "Remove a pinned file or range from the stable context.",
-            {"path": path, "start_line": line, "end_line": line},
-            ["path"],
-        ),
-    ]
-
-
-def _tool(
-    name: str, description: str, props: dict[str, Any], required: list[str]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "parameters": {
-            "type": "object",
-            "properties": props,
-            "required": required,
-            "additionalProperties": False,
-        },
-    }
 
 
 # -- diff ------------------------------------------------------------------------------------
@@ -298,16 +221,7 @@ def _read_text(path: Path, root: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-# -- user turn and pins ----------------------------------------------------------------------
-
-
-def cursor_context(text: str, line: int, radius: int = CURSOR_RADIUS) -> str:
-    """Lines ``line - radius`` .. ``line + radius`` (1-based) of ``text``."""
-    lines = text.splitlines()
-    if not lines:
-        return ""
-    i = min(max(line, 1), len(lines)) - 1
-    return "\n".join(lines[max(0, i - radius) : i + radius + 1])
+# -- pins and the repo map ------------------------------------------------------------
 
 
 def file_text(
@@ -368,43 +282,3 @@ def repo_map_from_index(
     if not text.strip():
         return None
     return RepoMap(text=text, digest=digest, render=render)
-
-
-def gather_inputs(
-    root: str | os.PathLike[str],
-    question: str,
-    *,
-    file_path: str | os.PathLike[str] | None = None,
-    line: int | None = None,
-    selection: str | None = None,
-    buffers: Buffers | None = None,
-    repo_map: RepoMap | None = None,
-    pins: Sequence[Pin] = (),
-    outputs: Sequence[OutputEntry] = (),
-    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-    task_policy: str | None = None,
-) -> ContextInputs:
-    """All inputs for a request in ``root`` (the repo map comes from the caller)."""
-    root = Path(root)
-    rel = workspace_relative(root, file_path) if file_path else None
-    ctx = None
-    if file_path and line is not None:
-        text = file_text(root, file_path, buffers)
-        ctx = cursor_context(text, line) if text is not None else None
-    return ContextInputs(
-        system_prompt=load_system_prompt(root),
-        tool_schemas=default_tool_schemas() if tool_schemas is None else tool_schemas,
-        task_policy=DEFAULT_TASK_POLICY if task_policy is None else task_policy,
-        repo_instructions=load_repo_instructions(root),
-        repo_map=repo_map,
-        pins=pins,
-        diff=current_diff(root, buffers),
-        outputs=outputs,
-        user=UserTurn(
-            question=question,
-            selection=selection,
-            cursor_context=ctx,
-            file_path=rel or (os.fspath(file_path) if file_path else None),
-            line=line,
-        ),
-    )
