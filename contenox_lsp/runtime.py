@@ -251,9 +251,12 @@ class Runtime:
 
     # -- assembly ------------------------------------------------------------------------------
 
-    async def assemble(self, turn: TurnSpec, max_new_tokens: int | None = None) -> Assembly:
+    async def assemble(self, turn: TurnSpec, max_new_tokens: int | None = None,
+                       state: WorkspaceState | None = None) -> Assembly:
+        """The turn's prompt for the editor ``state`` (captured now when not given: once per
+        assembly, on the loop)."""
         session = await self.session()
-        state = self._editor_state()
+        state = self._editor_state() if state is None else state
         answer = max(self.options.max_tokens, max_new_tokens or 0)
 
         # The question's code is prefilled at the ask itself: bounded by the time it may take.
@@ -295,14 +298,15 @@ class Runtime:
         ask there prefills only its question)."""
         convs = self.conversations
         outputs = prompt_outputs(convs.turns(convs.active))
+        state = self._editor_state()
         if self.last_cursor is not None:
             path, line = self.last_cursor
-            state = self._editor_state()
             text = state.open_buffers.get(path)
             if text is not None:
                 return await self.assemble(
-                    turn_at(state.roots, path, "", text=text, line=line, outputs=outputs))
-        return await self.assemble(TurnSpec(outputs=outputs))
+                    turn_at(state.roots, path, "", text=text, line=line, outputs=outputs),
+                    state=state)
+        return await self.assemble(TurnSpec(outputs=outputs), state=state)
 
     # -- engine jobs -----------------------------------------------------------------------------
 
