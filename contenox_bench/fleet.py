@@ -131,18 +131,13 @@ def start_fleet(model: Path, *, log_dir: Path, replicas: int = 2,
             replica.stop()
         raise
     fleet = Fleet(f"http://127.0.0.1:{port}", router, running, policy, log_dir)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if router.poll() is not None:
-            fleet.stop()
-            raise RuntimeError(f"vllm-router exited ({router.returncode}); see "
-                               f"{log_dir / 'router.log'}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{fleet.url}/props", timeout=2).status_code == 200:
-                return fleet
-        time.sleep(0.2)
-    fleet.stop()
-    raise RuntimeError(f"the fleet did not become ready in {ready_timeout_s} s; see {log_dir}")
+    try:  # ready once a request gets through the router to a replica
+        llama_server.wait_ready(router, f"{fleet.url}/props", "vllm-router",
+                                log_dir / "router.log", ready_timeout_s)
+    except RuntimeError:
+        fleet.stop()
+        raise
+    return fleet
 
 
 @contextlib.contextmanager

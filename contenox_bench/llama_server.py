@@ -168,16 +168,27 @@ def start(model: Path, *, log_path: Path, port: int | None = None, n_ctx: int = 
     log_file = log_path.open("wb")
     process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
     server = RunningServer(f"http://127.0.0.1:{port}", port, process, log_path)
-    deadline = time.monotonic() + ready_timeout_s
+    try:
+        wait_ready(process, f"{server.url}/health", "llama-server", log_path, ready_timeout_s)
+    except RuntimeError:
+        server.stop()
+        raise
+    return server
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, name: str, log: Path,
+               timeout_s: float) -> None:
+    """Until ``url`` answers 200; RuntimeError (naming ``log``) when ``process`` exits first
+    or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"llama-server exited ({process.returncode}); see {log_path}")
+            raise RuntimeError(f"{name} exited ({process.returncode}); see {log}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return server
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
         time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"llama-server did not become ready in {ready_timeout_s} s; see {log_path}")
+    raise RuntimeError(f"{name} did not become ready in {timeout_s} s; see {log}")
 
 
 @contextlib.contextmanager
