@@ -249,6 +249,65 @@ class Runtime:
             return "warm"
         return "cold"
 
+    def status(self) -> dict[str, Any]:
+        """The ``contenox/status`` document of a started runtime (PROTOCOL.md)."""
+        model = backend = profile_id = None
+        capabilities: dict[str, bool] | None = None
+        exact: dict[str, Any] | None = None
+        remote: dict[str, Any] | None = None
+        session = self.worker.session
+        if session is not None:
+            ident = session.identity
+            backend, profile_id = ident.backend, ident.profile_id
+            capabilities = dict(session.capabilities)
+            exact = session.exact_reuse
+            model = session.model_description
+            remote = session.remote_status
+        err = self.worker.load_error
+        busy = self.worker.busy_with
+        idle = self.idle
+        return {
+            "state": self.state(),
+            "model": model,
+            "backend": backend,
+            "profileId": profile_id,
+            "capabilities": capabilities,
+            "exactReuse": exact,
+            "remote": remote,
+            "residentTokens": len(self.resident_tokens()),
+            "pendingPrefillTokens": idle.pending_tokens(),
+            "targetTokens": len(idle.target) if idle.target is not None else None,
+            "lastInvalidated": idle.last_invalidated,
+            "contextStale": idle.stale,
+            "lastRequest": self.last_metrics,
+            "running": None if busy is None else busy.label,
+            "prefillOnIdle": self.options.prefill_on_idle,
+            "debounceMs": self.options.debounce_ms,
+            "completion": self.completion.view(session),
+            "nextEdit": self.next_edit.view(),
+            "snapshots": self.snapshots.view(),
+            "error": None if err is None else str(err),
+            "index": {
+                "state": self.context.index_state,
+                "files": self.context.index_files,
+                "error": self.context.index_error,
+                "foldedChanges": self.context.folded_changes,
+            },
+        }
+
+    async def token_counts(self, texts: list[str | None]) -> list[int | None]:
+        """Each text's length in the model's tokens (None: no text, or no model loaded yet),
+        counted on the context thread."""
+        session = self.worker.session
+        if session is None:
+            return [None] * len(texts)
+
+        def count(_svc: ContextService) -> list[int | None]:
+            return [None if t is None else len(session.tokenize(t, add_bos=False, special=False))
+                    for t in texts]
+
+        return await self.context.call(count)
+
     # -- assembly ------------------------------------------------------------------------------
 
     async def assemble(self, turn: TurnSpec, max_new_tokens: int | None = None,

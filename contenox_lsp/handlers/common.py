@@ -103,25 +103,13 @@ def remove_pins(ls: ContenoxServer, uri: str, rng: types.Range | None) -> dict[s
 
 
 async def pins_view(ls: ContenoxServer, pins: list[Pin]) -> list[dict[str, Any]]:
-    rt = runtime(ls)
-    texts = [text_of(ls, pin.path) for pin in pins]
-    counts: list[int | None] = [None] * len(pins)
-    session = rt.worker.session
-    if session is not None:
-        tokenizer = session
-
-        def count(_svc: Any) -> list[int | None]:
-            out: list[int | None] = []
-            for pin, body in zip(pins, texts, strict=True):
-                if body is None:
-                    out.append(None)
-                    continue
-                if pin.start_line is not None and pin.end_line is not None:
-                    body = line_span(body, pin.start_line, pin.end_line)
-                out.append(len(tokenizer.tokenize(body, add_bos=False, special=False)))
-            return out
-
-        counts = await rt.context.call(count)
+    bodies: list[str | None] = []
+    for pin in pins:
+        body = text_of(ls, pin.path)
+        if body is not None and pin.start_line is not None and pin.end_line is not None:
+            body = line_span(body, pin.start_line, pin.end_line)
+        bodies.append(body)
+    counts = await runtime(ls).token_counts(bodies)
     out = []
     for pin, n in zip(pins, counts, strict=True):
         pin_range = pin.range()

@@ -187,46 +187,4 @@ def status_view(rt: Runtime | None) -> dict[str, Any]:
         return {"state": "cold", "model": None, "backend": None, "profileId": None,
                 "residentTokens": 0, "pendingPrefillTokens": 0, "lastRequest": None,
                 "index": {"state": "idle", "files": 0}}
-    model = backend = profile_id = None
-    capabilities: dict[str, bool] | None = None
-    exact: dict[str, Any] | None = None
-    remote: dict[str, Any] | None = None
-    session = rt.worker.session
-    if session is not None:
-        ident = session.identity
-        backend, profile_id = ident.backend, ident.profile_id
-        capabilities = dict(session.capabilities)
-        exact = session.exact_reuse
-        model = session.model_description
-        remote = session.remote_status
-    err = rt.worker.load_error
-    busy = rt.worker.busy_with
-    idle = rt.idle
-    return {
-        "state": rt.state(),
-        "model": model,
-        "backend": backend,
-        "profileId": profile_id,
-        "capabilities": capabilities,
-        "exactReuse": exact,
-        "remote": remote,
-        "residentTokens": len(rt.resident_tokens()),
-        "pendingPrefillTokens": idle.pending_tokens(),
-        "targetTokens": len(idle.target) if idle.target is not None else None,
-        "lastInvalidated": idle.last_invalidated,
-        "contextStale": idle.stale,
-        "lastRequest": rt.last_metrics,
-        "running": None if busy is None else busy.label,
-        "prefillOnIdle": rt.options.prefill_on_idle,
-        "debounceMs": rt.options.debounce_ms,
-        "completion": rt.completion.view(session),
-        "nextEdit": rt.next_edit.view(),
-        "snapshots": rt.snapshots.view(),
-        "error": None if err is None else str(err),
-        "index": {
-            "state": rt.context.index_state,
-            "files": rt.context.index_files,
-            "error": rt.context.index_error,
-            "foldedChanges": rt.context.folded_changes,
-        },
-    }
+    return rt.status()
