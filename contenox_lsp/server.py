@@ -57,10 +57,6 @@ class ContenoxServer(LanguageServer):
         # Request id → the asyncio task doing its work, so $/cancelRequest reaches
         # handlers that pygls runs nested (workspace/executeCommand).
         self.inflight: dict[MsgId, asyncio.Task[Any]] = {}
-        # The running inline completion, and the one a newer request cancelled (it answers
-        # an empty list instead of RequestCancelled).
-        self.completion_task: asyncio.Task[Any] | None = None
-        self.completion_superseded: asyncio.Task[Any] | None = None
 
     @property
     def rpc(self) -> ContenoxProtocol:

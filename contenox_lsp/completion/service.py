@@ -34,6 +34,7 @@ from contenox_lsp.completion.window import CursorWindow, cursor_window
 from contenox_lsp.context import ContextService
 from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.jobs import PrefillStats, chunked_prefill
+from contenox_lsp.latest import LatestOnly
 from contenox_lsp.residency import Residency, warm_branch
 from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SegmentKind
@@ -145,6 +146,7 @@ class CompletionService:
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a digest)
         self._last_request = Mark()  # requests only: ``typing``
         self.speculation: Speculation[ModelRun | None] = Speculation()
+        self.latest = LatestOnly()  # the request in flight (cancel-previous)
 
     def _repo_context(self, now: float) -> RepoContext:
         fresh = repo_context(self._rt.idle.assembly, self._rt.repo_name())

@@ -85,35 +85,28 @@ async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         return EMPTY  # the model is loading: nothing, not an error
     rt.cursor_at(path, pos.line)  # where the user is: the idle prefill warms the ask there
     win, previous_line = _window(ls, doc.source, lines, pos.line, pos.character)
-    previous = ls.completion_task
-    if previous is not None and not previous.done():
-        ls.completion_superseded = previous
-        previous.cancel()  # cancel-previous: the newer request is the one the user waits for
+    service = rt.completion
+    service.latest.cancel_previous()  # the newer request is the one the user waits for
     rel = relative_to_roots(path, ls.roots())
     insertion = rt.next_edit.insertion_at(rel, doc.version, pos.line, len(win.line_prefix))
     if insertion is not None:  # the next-edit suggestion is ghost text right here
         return _items(insertion.replacement.text, insertion.id, pos, CMD_ACCEPT_NEXT_EDIT)
-    service = rt.completion
     hit = service.typed_through(uri, pos.line, win.line_prefix)
     if hit is not None and hit.text is not None and hit.id is not None:
         service.speculation.drop()
         return _items(hit.text, hit.id, pos)
-    task = asyncio.current_task()
-    ls.completion_task = task
     speculated = service.speculation.take(At(uri, doc.version, pos.line, pos.character))
-    try:
-        run = await run_cancellable(ls, speculated) if speculated is not None else None
-        if run is not None:
-            out = service.answer(uri, win, previous_line, run, t0)
-        else:  # none started here, or an ask preempted it
-            out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
-    except asyncio.CancelledError:
-        if ls.completion_superseded is task:
-            return EMPTY
-        raise
-    finally:
-        if ls.completion_task is task:
-            ls.completion_task = None
+    with service.latest.current() as task:
+        try:
+            run = await run_cancellable(ls, speculated) if speculated is not None else None
+            if run is not None:
+                out = service.answer(uri, win, previous_line, run, t0)
+            else:  # none started here, or an ask preempted it
+                out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
+        except asyncio.CancelledError:
+            if service.latest.superseded(task):
+                return EMPTY
+            raise
     if out.text is None or out.id is None:
         return EMPTY
     return _items(out.text, out.id, pos)

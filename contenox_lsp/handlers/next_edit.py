@@ -42,27 +42,20 @@ async def next_edit(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if rt is None or rt.worker.session is None:
         return _empty()  # the model is loading: nothing, not an error
     service = rt.next_edit
-    previous = service.task
-    if previous is not None and not previous.done():
-        service.superseded = previous
-        previous.cancel()  # cancel-previous: the newer request is the one the user waits for
-    task = asyncio.current_task()
-    service.task = task
+    service.latest.cancel_previous()  # the newer request is the one the user waits for
     doc, pos = req.doc, req.pos
     lines = doc.lines
     line_text = lines[pos.line].rstrip("\r\n") if pos.line < len(lines) else ""
     rel = relative_to_roots(req.path, ls.roots())
     rt.cursor_at(req.path, pos.line)
-    try:
-        found = await run_cancellable(ls, service.suggest(
-            rel, doc.source, pos.line, column(ls, line_text, pos.character), doc.version))
-    except asyncio.CancelledError:
-        if service.superseded is task:
-            return _empty()
-        raise
-    finally:
-        if service.task is task:
-            service.task = None
+    with service.latest.current() as task:
+        try:
+            found = await run_cancellable(ls, service.suggest(
+                rel, doc.source, pos.line, column(ls, line_text, pos.character), doc.version))
+        except asyncio.CancelledError:
+            if service.latest.superseded(task):
+                return _empty()
+            raise
     out = _empty()
     if include_prompt and service.last_layout is not None:
         out["prompt"] = _prompt_view(service.last_layout)

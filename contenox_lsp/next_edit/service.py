@@ -11,7 +11,6 @@ live sequence.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 
 from contenox_lsp.completion.service import CompletionHost, repo_context
 from contenox_lsp.jobs import chunked_prefill
+from contenox_lsp.latest import LatestOnly
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import (
     Replacement,
@@ -99,8 +99,7 @@ class NextEditService:
         self.wanted = False  # a client asked for a next edit: the idle time warms its prompt
         self._format: tuple[Session, tuple[str, str]] | None = None
         self._warmed: int | None = None  # what the last idle warm-up prefilled (a hash)
-        self.task: asyncio.Task[Any] | None = None  # the request in flight (cancel-previous)
-        self.superseded: asyncio.Task[Any] | None = None
+        self.latest = LatestOnly()  # the request in flight (cancel-previous)
         self.last_layout: L.Layout | None = None  # the last request's prompt (includePrompt)
 
     def format_for(self, session: Session) -> tuple[str, str]:
