@@ -26,7 +26,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -66,13 +66,11 @@ class Fleet:
     replicas: list[llama_server.RunningServer]
     policy: str
     log_dir: Path
-    killed: list[int] = field(default_factory=list)
 
     def kill_replica(self, index: int) -> None:
         """SIGKILL one replica (what a crash or a lost machine looks like to the router)."""
         self.replicas[index].process.kill()
         self.replicas[index].process.wait()
-        self.killed.append(index)
 
     def replicas_using(self, slot: int) -> list[int]:
         """The live replicas on which ``slot`` has held a prompt (tests: where a developer,

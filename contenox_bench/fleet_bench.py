@@ -114,23 +114,24 @@ def _drive(url: str, developers: int, fc: Any,
     asks: list[dict[str, Any]] = []
     failures: list[str] = []
     lock = threading.Lock()
-    first_done = threading.Barrier(developers + (1 if kill else 0))
+    # With a kill: the developers and this thread meet once every first ask is answered.
+    first_done = threading.Barrier(developers + 1) if kill is not None else None
 
     def developer(i: int) -> None:
         time.sleep(i * fc.stagger_s)
         try:
-            _trace(url, i, fc, asks, lock, first_done if kill else None)
+            _trace(url, i, fc, asks, lock, first_done)
         except Exception as exc:  # a failed ask is what this row counts
             with lock:
                 failures.append(f"developer {i}: {type(exc).__name__}: {exc}")
-            if kill:
+            if first_done is not None:
                 first_done.abort()
 
     threads = [threading.Thread(target=developer, args=(i,), daemon=True)
                for i in range(developers)]
     for t in threads:
         t.start()
-    if kill is not None:
+    if kill is not None and first_done is not None:
         try:
             first_done.wait(timeout=fc.timeout_s)
             with lock:
