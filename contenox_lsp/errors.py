@@ -11,6 +11,11 @@ from typing import Any
 
 from pygls.exceptions import JsonRpcException
 
+
+class RequestCancelled(Exception):
+    """The engine job behind a request was cancelled by something other than the client."""
+
+
 #: Stable string code → JSON-RPC error number (server-defined range).
 ERROR_NUMBERS: dict[str, int] = {
     "engine_error": -32000,

@@ -14,6 +14,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 UINT_MAX = 2**31 - 1
+#: The longest ``conversationId`` a request may name (a stored conversation's too).
+MAX_CONVERSATION_ID_CHARS = 200
 
 
 def invalid(message: str) -> JsonRpcInvalidParams:

@@ -20,7 +20,7 @@ from typing import Any
 from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget
 from contenox_lsp.errors import InputError
 from contenox_lsp.paths import is_under
-from contenox_lsp.snapshot_store import snapshot_store, snapshot_writer
+from contenox_lsp.runtime.snapshot_store import snapshot_store, snapshot_writer
 from contenox_lsp.turn import (
     TurnSpec,
     WorkspaceState,

@@ -65,7 +65,34 @@ def layer_violations(graph: grimp.ImportGraph) -> dict[str, list[tuple[str, str]
                     found["engine imports contextasm only"].append((importer, imported))
                 if theirs == "contenox_bench" and package != "contenox_bench":
                     found["nothing imports contenox_bench"].append((importer, imported))
+                if importer.startswith(HANDLERS) and _engine_side(graph, importer, imported):
+                    found["handlers reach the engine side through Runtime only"].append(
+                        (importer, imported))
+                if importer.startswith(PURE) and imported.startswith(RUNTIME):
+                    found["the pure completion and next-edit modules import no runtime"].append(
+                        (importer, imported))
     return found
+
+
+HANDLERS = "contenox_lsp.handlers"
+RUNTIME = "contenox_lsp.runtime"
+#: The pure parts of the features, which handlers may import: prompt layouts, cursor windows,
+#: post-processing, the edit history and the edit arithmetic.
+PURE = ("contenox_lsp.completion", "contenox_lsp.next_edit")
+
+
+def _engine_side(graph: grimp.ImportGraph, importer: str, imported: str) -> bool:
+    """Whether a handler's import goes around ``Runtime``: into a module inside the runtime
+    package, below it to a lower layer, or for a name of the package other than ``Runtime``."""
+    if imported.startswith(RUNTIME + ".") or _ours(imported) in ("engine", "contextasm",
+                                                                 "repo_index"):
+        return True
+    if imported != RUNTIME:
+        return False
+    details = graph.get_import_details(importer=importer, imported=imported)
+    names = {n.strip() for d in details if " import " in d["line_contents"]
+             for n in d["line_contents"].split(" import ", 1)[1].strip("()").split(",")}
+    return not details or names != {"Runtime"}
 
 
 LAYER_RULES = (
@@ -74,6 +101,8 @@ LAYER_RULES = (
     "repo_index imports contextasm only",
     "engine imports contextasm only",
     "nothing imports contenox_bench",
+    "handlers reach the engine side through Runtime only",
+    "the pure completion and next-edit modules import no runtime",
 )
 #: One import that breaks each rule, planted in the real graph.
 PLANTED = {
@@ -81,7 +110,11 @@ PLANTED = {
     "contextasm does no I/O but its snapshot store's": ("contextasm.render", "subprocess"),
     "repo_index imports contextasm only": ("repo_index.index", "engine.profile"),
     "engine imports contextasm only": ("engine.session", "contenox_lsp.paths"),
-    "nothing imports contenox_bench": ("contenox_lsp.runtime", "contenox_bench.stats"),
+    "nothing imports contenox_bench": ("contenox_lsp.runtime.core", "contenox_bench.stats"),
+    "handlers reach the engine side through Runtime only": ("contenox_lsp.handlers.completion",
+                                                            "contenox_lsp.runtime.worker"),
+    "the pure completion and next-edit modules import no runtime": (
+        "contenox_lsp.completion.window", "contenox_lsp.runtime.speculation"),
 }
 
 
@@ -101,6 +134,21 @@ def test_each_layer_rule_finds_a_planted_violation(graph: grimp.ImportGraph, rul
         if added:
             graph.remove_module(imported)
     assert broken == {rule}
+
+
+def test_a_handler_importing_another_name_of_the_runtime_breaks_the_rule(
+        graph: grimp.ImportGraph) -> None:
+    """``from contenox_lsp.runtime import Runtime`` is the one import allowed; any other name
+    of the package (a service, a helper re-exported there) is going around it."""
+    importer = "contenox_lsp.handlers.next_edit"
+    assert "contenox_lsp.runtime" not in graph.find_modules_directly_imported_by(importer)
+    graph.add_import(importer=importer, imported="contenox_lsp.runtime", line_number=1,
+                     line_contents="from contenox_lsp.runtime import InlineOffer, Runtime")
+    try:
+        broken = {r for r, v in layer_violations(graph).items() if v}
+    finally:
+        graph.remove_import(importer=importer, imported="contenox_lsp.runtime")
+    assert broken == {"handlers reach the engine side through Runtime only"}
 
 
 def cycles(graph: grimp.ImportGraph, package: str) -> list[tuple[str, ...]]:
@@ -150,7 +198,7 @@ def test_only_the_composition_root_imports_the_handlers(graph: grimp.ImportGraph
 
 
 def test_the_server_and_runtime_import_no_feature(graph: grimp.ImportGraph) -> None:
-    for module in ("contenox_lsp.server", "contenox_lsp.runtime", "contenox_lsp.idle_prefill"):
+    for module in ("contenox_lsp.server", "contenox_lsp.runtime"):
         for feature in ("contenox_lsp.handlers", "contenox_lsp.app", "contenox_lsp.cli"):
             assert not graph.chain_exists(importer=module, imported=feature, as_packages=True), (
                 module, feature)

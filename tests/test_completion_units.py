@@ -10,8 +10,8 @@ import pytest
 
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import build_prompt, choose_mode, file_header, heal, heal_split
-from contenox_lsp.completion.service import CompletionService, Shown
 from contenox_lsp.completion.window import WINDOW_ALIGN, cursor_window, window_start
+from contenox_lsp.runtime.completion import CompletionService, Shown
 from contextasm.manifest import common_prefix_length
 from engine.fim import FimTokens
 
@@ -158,8 +158,8 @@ def test_the_prefix_prompt_ends_with_the_code_before_the_cursor(llama_session: A
 def test_a_completion_after_branch_switches_equals_a_cold_run(llama_session: Any) -> None:
     """The completion's reuse path (chat parked, completion branch restored by a chunked
     prefill that starts at warm_prefix) gives the cold run's greedy tokens."""
-    from contenox_lsp.jobs import chunked_prefill
-    from contenox_lsp.worker import Job, Priority
+    from contenox_lsp.runtime.jobs import chunked_prefill
+    from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
     job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
@@ -185,8 +185,8 @@ def test_a_completion_after_branch_switches_equals_a_cold_run(llama_session: Any
 def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
     """``prefill_ms`` sums every step; ``last_step_ms`` is the last one's (the engine's TTFT
     counts from the last step's start, so the ask's ``engineTtftMs`` adds the others)."""
-    from contenox_lsp.jobs import chunked_prefill
-    from contenox_lsp.worker import Job, Priority
+    from contenox_lsp.runtime.jobs import chunked_prefill
+    from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
     job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
@@ -207,8 +207,8 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     session with the few runtime fields ``warm_up`` reads."""
     from types import SimpleNamespace
 
-    from contenox_lsp.jobs import chunked_prefill
-    from contenox_lsp.worker import Job, Priority
+    from contenox_lsp.runtime.jobs import chunked_prefill
+    from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
     job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
@@ -247,8 +247,8 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     import asyncio
     from types import SimpleNamespace
 
-    from contenox_lsp.residency import Residency
-    from contenox_lsp.worker import Job, Priority
+    from contenox_lsp.runtime.residency import Residency
+    from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
     chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
@@ -302,7 +302,8 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
 def test_a_speculation_is_handed_over_only_for_its_place_once_started() -> None:
     import asyncio
 
-    from contenox_lsp.completion.speculation import At, Speculation
+    from contenox_lsp.completion.window import At
+    from contenox_lsp.runtime.speculation import Speculation
 
     here, there = At("file:///m.py", 2, 5, 9), At("file:///m.py", 2, 5, 10)
 
@@ -346,8 +347,8 @@ def test_residency_parks_the_live_prefix_of_one_kind_before_a_job_of_another(
     warm-ups run in registration order; a branch is registered once."""
     import pytest
 
-    from contenox_lsp.residency import Residency
-    from contenox_lsp.worker import Job, Priority
+    from contenox_lsp.runtime.residency import Residency
+    from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
     chat = s.tokenize("Explain this module.\n" + SOURCE[:600], add_bos=True)

@@ -1,5 +1,5 @@
-"""Edit coalescing on the context thread (``contenox_lsp.context.ContextService``), on the real
-repo index: however a burst of incremental edits, disk events and removals interleaves,
+"""Edit coalescing on the context thread (``contenox_lsp.runtime.context.ContextService``), on
+the real repo index: however a burst of incremental edits, disk events and removals interleaves,
 folding changes that wait for the thread ends in the index state that indexing the final
 text afresh gives. Hypothesis, seeded and bounded."""
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contenox_lsp import context as ctx
-from contenox_lsp.context import ContextService
+from contenox_lsp.runtime.context import ContextService
 from repo_index import RepoIndex
 
 BASE = "".join(f"def f{i}(x):\n    return g{i}(x)\n\n" for i in range(30))

@@ -342,9 +342,9 @@ def test_inputs_validate_ranges():
 
 
 def test_over_budget_the_oldest_conversation_turn_goes_first(gemma: LlamaVocabTokenizer):
-    """Conversation turns (contenox_lsp.conversations, kind ``turn``) are low-class outputs:
+    """Conversation turns (contenox_lsp.runtime.conversations, kind ``turn``) are low-class outputs:
     the oldest is shrunk and dropped first; the repo map, the pins and the newer turns stay."""
-    from contenox_lsp.conversations import Turn, prompt_outputs
+    from contenox_lsp.runtime.conversations import Turn, prompt_outputs
 
     answer = "\n".join(f"line {i} of a long answer" for i in range(60))
     turns = [Turn(f"question {i}?", answer) for i in range(3)]

@@ -21,7 +21,7 @@ from test_lsp_support import (
     wait_warm,
 )
 
-from contenox_lsp.conversations import MAX_TURNS, Conversations, prompt_outputs
+from contenox_lsp.runtime.conversations import MAX_TURNS, Conversations, prompt_outputs
 
 FIRST = "What does JSONDecoder.decode return?"
 FOLLOW_UP = "And what does it raise on bad input?"

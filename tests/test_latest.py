@@ -1,11 +1,11 @@
-"""Cancel-previous (``contenox_lsp.latest.LatestOnly``) alone: a newer request cancels the one
-in flight, which can tell that from a client's cancel."""
+"""Cancel-previous (``contenox_lsp.runtime.latest.LatestOnly``) alone: a newer request cancels
+the one in flight, which can tell that from a client's cancel."""
 
 from __future__ import annotations
 
 import asyncio
 
-from contenox_lsp.latest import LatestOnly
+from contenox_lsp.runtime.latest import LatestOnly
 
 
 async def test_a_newer_request_cancels_the_one_in_flight_and_says_so() -> None:

@@ -110,7 +110,7 @@ def test_common_prefix() -> None:
 def test_the_worker_calls_its_before_job_hook_first_and_runs_the_job_if_it_fails() -> None:
     import contextlib
 
-    from contenox_lsp.worker import EngineWorker, Job, Priority
+    from contenox_lsp.runtime.worker import EngineWorker, Job, Priority
 
     session = object()
     worker = EngineWorker(lambda: contextlib.nullcontext(session))
@@ -140,7 +140,7 @@ def test_worker_is_idle_before_a_job_settles() -> None:
     import contextlib
     import threading
 
-    from contenox_lsp.worker import EngineWorker, Priority
+    from contenox_lsp.runtime.worker import EngineWorker, Priority
 
     worker = EngineWorker(lambda: contextlib.nullcontext(object()))
     worker.start()

@@ -187,7 +187,7 @@ def test_the_format_comes_from_the_model_or_the_profile() -> None:
 
 
 def test_a_rewrite_that_stops_short_of_the_region_keeps_the_rest_of_it() -> None:
-    from contenox_lsp.next_edit.service import splice
+    from contenox_lsp.runtime.next_edit import splice
 
     lines = ("def area(w, height):", "    return width * height", "", "", "def volume():")
     region = L.Region("geo.py", 0, lines, (0, 10), lines)
@@ -201,7 +201,7 @@ def test_a_rewrite_that_stops_short_of_the_region_keeps_the_rest_of_it() -> None
 
 
 def test_only_an_insertion_at_the_cursor_is_offered_as_a_completion() -> None:
-    from contenox_lsp.next_edit.service import NextEditService, Suggestion
+    from contenox_lsp.runtime.next_edit import NextEditService, Suggestion
 
     service = NextEditService(None)  # type: ignore[arg-type]  # the host is not used here
     service.shown = Suggestion(3, "geo.py", Replacement((4, 8), (4, 8), "eight"), version=7)

@@ -20,12 +20,12 @@ from lsprotocol import types
 from test_lsp_support import copy_stdlib_json
 
 from contenox_lsp.code_segment import QUESTION_MIN_TOKENS
-from contenox_lsp.idle_prefill import IdlePrefill
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.progress import Reporter
 from contenox_lsp.runtime import Runtime
+from contenox_lsp.runtime.idle_prefill import IdlePrefill
+from contenox_lsp.runtime.worker import Priority
 from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
-from contenox_lsp.worker import Priority
 from contextasm import Assembly, SegmentKind
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"

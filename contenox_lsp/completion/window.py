@@ -19,6 +19,16 @@ LINES_AFTER = 16
 
 
 @dataclass(frozen=True)
+class At:
+    """Where a completion is for: the document, its version, the cursor (client units)."""
+
+    uri: str
+    version: int | None
+    line: int
+    character: int
+
+
+@dataclass(frozen=True)
 class CursorWindow:
     """The document around the cursor (0-based ``line``; ``column`` in characters)."""
 

@@ -28,7 +28,6 @@ from contenox_lsp.handlers.common import (
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 from contenox_lsp.turn import TurnSpec, line_span
-from engine.lookup import REWRITE_DRAFT_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ async def cmd_fix(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
     turn = _with_selection(turn, line_span(text, first, last))
     # The fix rewrites the selected lines: prompt lookup drafts them from the prompt.
     out = await run_cancellable(ls, runtime(ls).run_prompt(turn, ls.options.max_tokens,
-                                                           lookup=REWRITE_DRAFT_TOKENS))
+                                                           rewrite=True))
     code = first_code_block(out["text"])
     if code is None:
         ls.show("Contenox: the answer has no code block; nothing applied.\n\n" + out["text"])

@@ -12,9 +12,9 @@ from pygls.exceptions import JsonRpcRequestCancelled
 
 from contenox_lsp import params as P
 from contenox_lsp.documents import open_document, text_in_range, uri_for
-from contenox_lsp.errors import ServerError
+from contenox_lsp.errors import RequestCancelled, ServerError
 from contenox_lsp.pins import Pin, pin_for
-from contenox_lsp.runtime import RequestCancelled, Runtime
+from contenox_lsp.runtime import Runtime
 from contenox_lsp.server import ContenoxServer
 from contenox_lsp.turn import TurnSpec, line_span, read_disk, turn_at
 

@@ -8,7 +8,6 @@ completion for old text.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,11 +17,9 @@ from typing import Any
 from lsprotocol import types
 
 from contenox_lsp import params as P
-from contenox_lsp.completion.speculation import At
-from contenox_lsp.completion.window import CursorWindow, cursor_window
+from contenox_lsp.completion.window import At, CursorWindow, cursor_window
 from contenox_lsp.documents import open_document
 from contenox_lsp.handlers.common import run_cancellable, single_arg
-from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 
 INLINE_COMPLETION = types.TEXT_DOCUMENT_INLINE_COMPLETION
@@ -76,40 +73,21 @@ def document_request(ls: ContenoxServer, params: Any, method: str) -> DocumentRe
 async def inline_completion(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     req = document_request(ls, params, INLINE_COMPLETION)
-    uri, path, doc, pos = req.uri, req.path, req.doc, req.pos
-    lines = doc.lines
+    doc, pos = req.doc, req.pos
     if not req.current:
         return EMPTY  # the document changed since the client asked: no completion for old text
     rt = ls.runtime
-    if rt is None or rt.worker.session is None:
+    if rt is None or not rt.model_ready:
         return EMPTY  # the model is loading: nothing, not an error
-    rt.cursor_at(path, pos.line)  # where the user is: the idle prefill warms the ask there
-    win, previous_line = _window(ls, doc.source, lines, pos.line, pos.character)
-    service = rt.completion
-    service.latest.cancel_previous()  # the newer request is the one the user waits for
-    rel = relative_to_roots(path, ls.roots())
-    insertion = rt.next_edit.insertion_at(rel, doc.version, pos.line, len(win.line_prefix))
-    if insertion is not None:  # the next-edit suggestion is ghost text right here
-        return _items(insertion.replacement.text, insertion.id, pos, CMD_ACCEPT_NEXT_EDIT)
-    hit = service.typed_through(uri, pos.line, win.line_prefix)
-    if hit is not None and hit.text is not None and hit.id is not None:
-        service.speculation.drop()
-        return _items(hit.text, hit.id, pos)
-    speculated = service.speculation.take(At(uri, doc.version, pos.line, pos.character))
-    with service.latest.current() as task:
-        try:
-            run = await run_cancellable(ls, speculated) if speculated is not None else None
-            if run is not None:
-                out = service.answer(uri, win, previous_line, run, t0)
-            else:  # none started here, or an ask preempted it
-                out = await run_cancellable(ls, service.complete(uri, rel, win, previous_line))
-        except asyncio.CancelledError:
-            if service.latest.superseded(task):
-                return EMPTY
-            raise
-    if out.text is None or out.id is None:
+    rt.cursor_at(req.path, pos.line)  # where the user is: the idle prefill warms the ask there
+    win, previous_line = _window(ls, doc.source, doc.lines, pos.line, pos.character)
+    at = At(req.uri, doc.version, pos.line, pos.character)
+    offer = await run_cancellable(ls, rt.inline_completion(at, win, previous_line, t0,
+                                                            req.path))
+    if offer is None:
         return EMPTY
-    return _items(out.text, out.id, pos)
+    return _items(offer.text, offer.id, pos, CMD_ACCEPT_NEXT_EDIT if offer.next_edit
+                  else CMD_ACCEPT)
 
 
 async def accept_completion(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
@@ -119,29 +97,32 @@ async def accept_completion(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
         raise P.invalid("arguments[0].id is required")
     length = P.opt_int(arg, "acceptedLength", "arguments[0]", 0, 2**31 - 1)
     rt = ls.runtime
-    counted = rt is not None and rt.completion.accepted(completion_id, length)
+    counted = rt is not None and rt.completion_accepted(completion_id, length)
     return {"counted": counted}
 
 
 def speculate_after_edit(ls: ContenoxServer, path: Path,
                          params: types.DidChangeTextDocumentParams) -> None:
-    """A keystroke while the user types with completions on: start the completion at the
-    cursor it leaves in the background (``completion.speculation``), so the request the
-    editor sends after its debounce finds it done or under way. Only for one insertion,
-    whose end is where the cursor is."""
+    """A keystroke: what was speculated is stale. While the user types with completions on,
+    the completion at the cursor a single insertion leaves starts in the background, so the
+    request the editor sends after its debounce finds it done or under way."""
     rt = ls.runtime
-    if rt is None or rt.worker.session is None:
+    if rt is None or not rt.model_ready:
         return
-    service = rt.completion
-    service.speculation.drop()  # the document changed: what was speculated is stale
+    at, win = _typed_cursor(ls, path, params) if rt.typing_completions else (None, None)
+    rt.speculate_completion(path, at, win)
+
+
+def _typed_cursor(ls: ContenoxServer, path: Path, params: types.DidChangeTextDocumentParams,
+                  ) -> tuple[At | None, CursorWindow | None]:
+    """Where the one insertion of ``params`` leaves the cursor, and the window there."""
     changes = params.content_changes
-    if not service.typing or len(changes) != 1 \
-            or not isinstance(changes[0], types.TextDocumentContentChangePartial):
-        return
+    if len(changes) != 1 or not isinstance(changes[0], types.TextDocumentContentChangePartial):
+        return None, None
     change = changes[0]
     doc = open_document(ls.workspace, path)
     if doc is None:
-        return
+        return None, None
     units = ls.workspace.position_codec.client_num_units
     inserted = change.text.split("\n")
     line = change.range.start.line + len(inserted) - 1
@@ -149,12 +130,9 @@ def speculate_after_edit(ls: ContenoxServer, path: Path,
                                        else 0)
     lines = doc.lines
     if line >= len(lines) or character > units(lines[line].rstrip("\r\n")):
-        return
+        return None, None
     win, _ = _window(ls, doc.source, lines, line, character)
-    rel = relative_to_roots(path, ls.roots())
-    uri = params.text_document.uri
-    service.speculation.schedule(At(uri, doc.version, line, character),
-                                 lambda: service.speculate(rel, win))
+    return At(params.text_document.uri, doc.version, line, character), win
 
 
 def _window(ls: ContenoxServer, source: str, lines: Sequence[str], line: int,

@@ -8,8 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 from contenox_lsp import params as P
-from contenox_lsp import snapshots
-from contenox_lsp.conversations import MAX_ID_CHARS, prompt_outputs
 from contenox_lsp.documents import encoding_name, open_document
 from contenox_lsp.handlers.common import (
     add_pin,
@@ -38,8 +36,9 @@ CONVERSATION = "contenox/conversation"
 
 def conversation_id(p: dict[str, Any]) -> str | None:
     cid = P.opt_str(p, "conversationId", "params")
-    if cid is not None and not 0 < len(cid) <= MAX_ID_CHARS:
-        raise P.invalid(f"params.conversationId must be 1 to {MAX_ID_CHARS} characters")
+    if cid is not None and not 0 < len(cid) <= P.MAX_CONVERSATION_ID_CHARS:
+        raise P.invalid("params.conversationId must be 1 to "
+                        f"{P.MAX_CONVERSATION_ID_CHARS} characters")
     return cid
 
 
@@ -47,7 +46,7 @@ def with_conversation(turn: TurnSpec, rt: Runtime, cid: str | None) -> TurnSpec:
     """The turn with the conversation's earlier turns in front of it (segment H)."""
     if cid is None:
         return turn
-    return replace(turn, outputs=turn.outputs + prompt_outputs(rt.conversations.turns(cid)))
+    return replace(turn, outputs=turn.outputs + rt.conversation_outputs(cid))
 
 
 async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -101,7 +100,7 @@ async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
         rt.cursor_at(path, rng.start.line)
     if cid is not None:
         # Only a finished answer joins the conversation (a cancelled ask raised above).
-        n = await asyncio.to_thread(rt.conversations.append, cid, question, out["text"])
+        n = await rt.conversation_append(cid, question, out["text"])
         out = {**out, "conversationId": cid, "turn": n}
         rt.inputs_changed()  # the idle prefill now warms this conversation's turns
     return out
@@ -150,7 +149,7 @@ async def snapshot(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if action is None:
         raise P.invalid("params.action is required: 'save', 'load', 'list' or 'clear'")
     name = P.opt_str(p, "name", "params")
-    return await run_cancellable(ls, snapshots.handle(runtime(ls), action, name))
+    return await run_cancellable(ls, runtime(ls).snapshot(action, name))
 
 
 async def conversation(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -161,8 +160,8 @@ async def conversation(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     cid = conversation_id(p)
     rt = runtime(ls)
     if action == "list":
-        return rt.conversations.view(cid)
-    removed = await asyncio.to_thread(rt.conversations.clear, cid)
+        return rt.conversation_view(cid)
+    removed = await rt.conversation_clear(cid)
     if removed:
         rt.inputs_changed()
     return {"removed": removed}

@@ -16,9 +16,7 @@ def did_open(ls: ContenoxServer, params: types.DidOpenTextDocumentParams) -> Non
     path = ls.path_if_inside(params.text_document.uri)
     if path is None or ls.runtime is None:
         return
-    ls.runtime.buffer_changed(path, params.text_document.text, None,
-                              encoding_name(ls.workspace))
-    ls.runtime.next_edit.history.opened(ls.runtime.relative(path), params.text_document.text)
+    ls.runtime.document_opened(path, params.text_document.text, encoding_name(ls.workspace))
 
 
 def did_change(ls: ContenoxServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -28,8 +26,7 @@ def did_change(ls: ContenoxServer, params: types.DidChangeTextDocumentParams) ->
     doc = ls.workspace.get_text_document(params.text_document.uri)
     edits = [change_to_edit(c) for c in params.content_changes]
     clean = None if any(e is None for e in edits) else [e for e in edits if e is not None]
-    ls.runtime.buffer_changed(path, doc.source, clean, encoding_name(ls.workspace))
-    ls.runtime.next_edit.history.changed(ls.runtime.relative(path), doc.source)
+    ls.runtime.document_changed(path, doc.source, clean, encoding_name(ls.workspace))
     speculate_after_edit(ls, path, params)
 
 

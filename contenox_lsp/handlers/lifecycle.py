@@ -36,12 +36,10 @@ async def initialized(ls: ContenoxServer, params: types.InitializedParams) -> No
     # Create the runtime before awaiting anything: didOpen may arrive right away.
     rt = ls.start_runtime()
     # Documents opened before this ran (pygls runs this handler as a task, so a didOpen sent
-    # right after `initialized` may come first): the edit history's starting texts.
-    for path, text in ls.editor_state().open_buffers.items():
-        rt.next_edit.history.opened(rt.relative(path), text)
-    # An editor that shows inline completions: the idle time warms their prompt too.
-    rt.completion.wanted = get_capability(ls.client_capabilities,
-                                          "text_document.inline_completion", None) is not None
+    # right after `initialized` may come first) start the edit history; an editor that shows
+    # inline completions has the idle time warm their prompt too.
+    rt.client_ready(inline_completion=get_capability(
+        ls.client_capabilities, "text_document.inline_completion", None) is not None)
     rt.start_task = asyncio.ensure_future(_start(ls, rt))
     for w in ls.pending_warnings:
         ls.show(f"contenox: {w}", types.MessageType.Warning)

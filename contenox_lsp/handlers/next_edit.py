@@ -8,7 +8,6 @@ gets an empty list, an empty list while the model loads, InvalidParams for bad p
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from lsprotocol import types
@@ -17,7 +16,6 @@ from contenox_lsp import params as P
 from contenox_lsp.handlers.common import run_cancellable, single_arg
 from contenox_lsp.handlers.completion import column, document_request
 from contenox_lsp.next_edit.layout import Layout
-from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.server import ContenoxServer
 
 NEXT_EDIT = "contenox/nextEdit"
@@ -39,26 +37,16 @@ async def next_edit(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if not req.current:
         return _empty()  # the document changed since the client asked
     rt = ls.runtime
-    if rt is None or rt.worker.session is None:
+    if rt is None or not rt.model_ready:
         return _empty()  # the model is loading: nothing, not an error
-    service = rt.next_edit
-    service.latest.cancel_previous()  # the newer request is the one the user waits for
     doc, pos = req.doc, req.pos
     lines = doc.lines
     line_text = lines[pos.line].rstrip("\r\n") if pos.line < len(lines) else ""
-    rel = relative_to_roots(req.path, ls.roots())
-    rt.cursor_at(req.path, pos.line)
-    with service.latest.current() as task:
-        try:
-            found = await run_cancellable(ls, service.suggest(
-                rel, doc.source, pos.line, column(ls, line_text, pos.character), doc.version))
-        except asyncio.CancelledError:
-            if service.latest.superseded(task):
-                return _empty()
-            raise
+    found, layout = await run_cancellable(ls, rt.next_edit_at(
+        req.path, doc.source, pos.line, column(ls, line_text, pos.character), doc.version))
     out = _empty()
-    if include_prompt and service.last_layout is not None:
-        out["prompt"] = _prompt_view(service.last_layout)
+    if include_prompt and layout is not None:
+        out["prompt"] = _prompt_view(layout)
     if found is None:
         return out
     codec = ls.workspace.position_codec
@@ -89,7 +77,7 @@ def did_show_inline_edit(ls: ContenoxServer, params: Any) -> None:
     """Copilot's notification that an edit was shown (counted; never an error)."""
     rt = ls.runtime
     if rt is not None:
-        rt.next_edit.stats.displayed += 1
+        rt.next_edit_shown()
 
 
 async def accept_next_edit(ls: ContenoxServer, *args: Any) -> dict[str, Any]:
@@ -107,5 +95,5 @@ def _decide(ls: ContenoxServer, args: tuple[Any, ...], cmd: str,
     if suggestion_id is None:
         raise P.invalid("arguments[0].id is required")
     rt = ls.runtime
-    counted = rt is not None and rt.next_edit.decided(suggestion_id, accepted)
+    counted = rt is not None and rt.next_edit_decided(suggestion_id, accepted)
     return {"counted": counted}

@@ -8,20 +8,37 @@ identity is ever loaded. Engine calls (save/load) run as user jobs on the engine
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.errors import ServerError
-from contenox_lsp.snapshot_store import load_entry, snapshot_writer, workspace_store
+from contenox_lsp.options import ServerOptions
+from contenox_lsp.runtime.idle_prefill import IdlePrefill
+from contenox_lsp.runtime.snapshot_store import load_entry, snapshot_writer, workspace_store
+from contenox_lsp.runtime.worker import Job
 from contenox_lsp.views import snapshot_entry_view
-from contenox_lsp.worker import Job
 from contextasm import Assembly, SnapshotEntry, SnapshotStore
 from engine import Session
 
-if TYPE_CHECKING:
-    from contenox_lsp.runtime import Runtime
+T = TypeVar("T")
 
 
-async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
+class SnapshotHost(Protocol):
+    """What the snapshot actions need of the runtime (injected: this module does not import
+    it)."""
+
+    options: ServerOptions
+    roots: Callable[[], list[Path]]
+    idle: IdlePrefill
+
+    async def session(self) -> Session: ...
+    async def assemble_idle(self) -> Assembly: ...
+    def resident_tokens(self) -> list[int]: ...
+    async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
+
+
+async def handle(rt: SnapshotHost, action: str, name: str | None) -> dict[str, Any]:
     session = await rt.session()
     if action in ("save", "load") and not session.capabilities.get("snapshots", False):
         # Refused before touching the store: nothing is created, nothing changes.
@@ -46,7 +63,7 @@ async def handle(rt: Runtime, action: str, name: str | None) -> dict[str, Any]:
     return await _load(rt, store, assembly)
 
 
-async def _save(rt: Runtime, store: SnapshotStore, assembly: Assembly,
+async def _save(rt: SnapshotHost, store: SnapshotStore, assembly: Assembly,
                 label: str) -> dict[str, Any]:
     resident = rt.resident_tokens()
     reused, _ = assembly.reuse_against_resident(resident, assembly.identity)
@@ -71,7 +88,7 @@ async def _save(rt: Runtime, store: SnapshotStore, assembly: Assembly,
     return {"saved": True, "snapshot": snapshot_entry_view(entry)}
 
 
-async def _load(rt: Runtime, store: SnapshotStore, assembly: Assembly) -> dict[str, Any]:
+async def _load(rt: SnapshotHost, store: SnapshotStore, assembly: Assembly) -> dict[str, Any]:
     entry = await asyncio.to_thread(store.find_best, assembly.identity, assembly)
     if entry is None:
         return {"loaded": False, "reason": "no compatible snapshot of this context"}

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contenox_lsp.jobs import BACKGROUND_STEP, chunked_prefill
-from contenox_lsp.worker import Job
+from contenox_lsp.runtime.jobs import BACKGROUND_STEP, chunked_prefill
+from contenox_lsp.runtime.worker import Job
 from contextasm.manifest import common_prefix_length
 from engine import Session
 

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from contenox_lsp.snapshot_store import load_entry, snapshot_writer
-from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
+from contenox_lsp.runtime.snapshot_store import load_entry, snapshot_writer
+from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SnapshotKey, SnapshotStore
 from contextasm.manifest import common_prefix_length
 from engine import Session

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contenox_lsp.progress import Reporter
-from contenox_lsp.worker import Job
+from contenox_lsp.runtime.worker import Job
 from contextasm.manifest import common_prefix_length
 from engine import Session
 from engine.results import drain

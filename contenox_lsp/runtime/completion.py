@@ -29,14 +29,14 @@ from contenox_lsp.completion.prompt import (
     heal,
     repo_files,
 )
-from contenox_lsp.completion.speculation import Speculation
-from contenox_lsp.completion.window import CursorWindow, cursor_window
-from contenox_lsp.context import ContextService
-from contenox_lsp.idle_prefill import IdlePrefill
-from contenox_lsp.jobs import PrefillStats, chunked_prefill
-from contenox_lsp.latest import LatestOnly
-from contenox_lsp.residency import Residency, warm_branch
-from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
+from contenox_lsp.completion.window import At, CursorWindow, cursor_window
+from contenox_lsp.runtime.context import ContextService
+from contenox_lsp.runtime.idle_prefill import IdlePrefill
+from contenox_lsp.runtime.jobs import PrefillStats, chunked_prefill
+from contenox_lsp.runtime.latest import LatestOnly
+from contenox_lsp.runtime.residency import Residency, warm_branch
+from contenox_lsp.runtime.speculation import Speculation
+from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, SegmentKind
 from engine import Session
 
@@ -172,6 +172,39 @@ class CompletionService:
             return None
         self.stats.typedThrough += 1
         return Outcome(rest, last.id, typed_through=True)
+
+    # -- a request ---------------------------------------------------------------------------
+
+    async def request(self, at: At, rel: str, win: CursorWindow, previous_line: str | None,
+                      t0: float) -> Outcome:
+        """One inline completion request (received at ``t0``): the rest of the last
+        completion when it was typed through, else the speculative run at this place, else a
+        model run. A newer request cancels this one, which then answers nothing."""
+        self.latest.cancel_previous()  # the newer request is the one the user waits for
+        hit = self.typed_through(at.uri, at.line, win.line_prefix)
+        if hit is not None and hit.text is not None and hit.id is not None:
+            self.speculation.drop()
+            return hit
+        speculated = self.speculation.take(at)
+        with self.latest.current() as task:
+            try:
+                run = await speculated if speculated is not None else None
+                if run is not None:
+                    return self.answer(at.uri, win, previous_line, run, t0)
+                # none started here, or an ask preempted it
+                return await self.complete(at.uri, rel, win, previous_line)
+            except asyncio.CancelledError:
+                if self.latest.superseded(task):
+                    return Outcome(None, None)
+                raise
+
+    def after_edit(self, at: At | None, rel: str, win: CursorWindow | None) -> None:
+        """A document changed: what was speculated is stale. ``at``/``win``: the cursor a
+        single insertion left, where the completion starts in the background while the user
+        types with completions on."""
+        self.speculation.drop()
+        if at is not None and win is not None and self.typing:
+            self.speculation.schedule(at, lambda: self.speculate(rel, win))
 
     # -- model completions ------------------------------------------------------------------
 

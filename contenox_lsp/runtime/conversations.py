@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contenox_lsp.params import MAX_CONVERSATION_ID_CHARS
+
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "conversations.json"
@@ -34,7 +36,6 @@ _VERSION = 1
 #: Turns kept per conversation (older ones are forgotten) and conversations kept per workspace.
 MAX_TURNS = 32
 MAX_CONVERSATIONS = 64
-MAX_ID_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _parse(raw: Any) -> dict[str, Conversation]:
         raise ValueError("no conversations object")
     out: dict[str, Conversation] = {}
     for cid, conv in convs.items():
-        if not isinstance(cid, str) or not 0 < len(cid) <= MAX_ID_CHARS:
+        if not isinstance(cid, str) or not 0 < len(cid) <= MAX_CONVERSATION_ID_CHARS:
             raise ValueError("a conversation id is not a short string")
         if not isinstance(conv, dict) or not isinstance(conv.get("turns"), list):
             raise ValueError(f"conversation {cid!r} has no turns list")

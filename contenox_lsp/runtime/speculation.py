@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from contenox_lsp.clock import LoopTimer
+from contenox_lsp.completion.window import At
 
 T = TypeVar("T")
 
 #: Quiet time after a keystroke before the speculative completion starts: keystrokes typed
 #: faster than this (within a word) start nothing.
 SPECULATE_AFTER_S = 0.05
-
-
-@dataclass(frozen=True)
-class At:
-    """Where a completion is for: the document, its version, the cursor (client units)."""
-
-    uri: str
-    version: int | None
-    line: int
-    character: int
 
 
 class Speculation(Generic[T]):

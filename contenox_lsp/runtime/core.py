@@ -14,36 +14,41 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lsprotocol import types
 
-from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.code_segment import CodeBudget, SteadyRate
-from contenox_lsp.completion.service import COMPLETION_BRANCH, CompletionService
-from contenox_lsp.completion.service import JOB_LABEL as COMPLETION_LABEL
-from contenox_lsp.context import ContextService
-from contenox_lsp.conversations import Conversations, prompt_outputs
-from contenox_lsp.errors import ServerError, from_exception
-from contenox_lsp.idle_prefill import IdlePrefill
-from contenox_lsp.jobs import chunked_prefill, decode
-from contenox_lsp.next_edit.service import BRANCH as NEXT_EDIT_BRANCH
-from contenox_lsp.next_edit.service import JOB_LABEL as NEXT_EDIT_LABEL
-from contenox_lsp.next_edit.service import NextEditService
+from contenox_lsp.completion.window import At, CursorWindow
+from contenox_lsp.errors import RequestCancelled, ServerError, from_exception
+from contenox_lsp.next_edit.layout import Layout
 from contenox_lsp.options import ServerOptions
 from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
-from contenox_lsp.rate_memory import FILE_NAME as RATES_FILE
-from contenox_lsp.rate_memory import load_rate, rate_key, store_rate
-from contenox_lsp.residency import Residency
-from contenox_lsp.snapshot_store import conversations_dir, workspace_store
+from contenox_lsp.runtime.auto_snapshots import AutoSnapshots
+from contenox_lsp.runtime.completion import COMPLETION_BRANCH, CompletionService
+from contenox_lsp.runtime.completion import JOB_LABEL as COMPLETION_LABEL
+from contenox_lsp.runtime.context import ContextService
+from contenox_lsp.runtime.conversations import Conversations, prompt_outputs
+from contenox_lsp.runtime.idle_prefill import IdlePrefill
+from contenox_lsp.runtime.jobs import chunked_prefill, decode
+from contenox_lsp.runtime.next_edit import BRANCH as NEXT_EDIT_BRANCH
+from contenox_lsp.runtime.next_edit import JOB_LABEL as NEXT_EDIT_LABEL
+from contenox_lsp.runtime.next_edit import NextEditService, Suggestion
+from contenox_lsp.runtime.rate_memory import FILE_NAME as RATES_FILE
+from contenox_lsp.runtime.rate_memory import load_rate, rate_key, store_rate
+from contenox_lsp.runtime.residency import Residency
+from contenox_lsp.runtime.snapshot_store import conversations_dir, workspace_store
+from contenox_lsp.runtime.snapshots import handle as snapshot_action
+from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
-from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
 from contextasm import Assembly, get_format
 from contextasm.render import answer_lead
 from engine import Session
+from engine.lookup import REWRITE_DRAFT_TOKENS
 from engine.model_files import cache_dir
 from engine.results import ttft_over_steps
 
@@ -52,8 +57,14 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class RequestCancelled(Exception):
-    """The engine job behind a request was cancelled by something other than the client."""
+@dataclass(frozen=True)
+class InlineOffer:
+    """What inline completion shows: a completion, or a next edit that is an insertion at
+    the cursor (accepted with the next-edit command)."""
+
+    text: str
+    id: int
+    next_edit: bool
 
 
 @contextmanager
@@ -214,6 +225,96 @@ class Runtime:
     def inputs_changed(self) -> None:
         """Something outside the index changed (a save, a pin): re-assemble after the quiet."""
         self.idle.note_change()
+
+    # -- what the handlers ask: each request's engine side, behind one method ----------------
+
+    @property
+    def model_ready(self) -> bool:
+        """The model is loaded (requests that never wait for it answer empty until then)."""
+        return self.worker.session is not None
+
+    def client_ready(self, inline_completion: bool) -> None:
+        """``initialized``: documents opened before it are the edit history's starting
+        texts; an editor that shows inline completions has the idle time warm their prompt."""
+        for path, text in self._editor_state().open_buffers.items():
+            self.next_edit.history.opened(self.relative(path), text)
+        self.completion.wanted = inline_completion
+
+    def document_opened(self, path: Path, text: str, encoding: str) -> None:
+        self.buffer_changed(path, text, None, encoding)
+        self.next_edit.history.opened(self.relative(path), text)
+
+    def document_changed(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
+                         encoding: str) -> None:
+        self.buffer_changed(path, text, edits, encoding)
+        self.next_edit.history.changed(self.relative(path), text)
+
+    async def inline_completion(self, at: At, win: CursorWindow, previous_line: str | None,
+                                t0: float, path: Path) -> InlineOffer | None:
+        """The completion at ``at`` (``textDocument/inlineCompletion``, received at ``t0``):
+        the shown next edit when it is an insertion right there, else the completion
+        service's answer; None when there is nothing to show."""
+        rel = self.relative(path)
+        insertion = self.next_edit.insertion_at(rel, at.version, at.line, len(win.line_prefix))
+        if insertion is not None:
+            self.completion.latest.cancel_previous()
+            return InlineOffer(insertion.replacement.text, insertion.id, next_edit=True)
+        out = await self.completion.request(at, rel, win, previous_line, t0)
+        if out.text is None or out.id is None:
+            return None
+        return InlineOffer(out.text, out.id, next_edit=False)
+
+    @property
+    def typing_completions(self) -> bool:
+        """The user types with completions on (a keystroke then speculates one)."""
+        return self.completion.typing
+
+    def speculate_completion(self, path: Path, at: At | None,
+                             win: CursorWindow | None) -> None:
+        """After an edit: drop the stale speculation; start one at ``at`` when given."""
+        self.completion.after_edit(at, self.relative(path), win)
+
+    def completion_accepted(self, completion_id: int, accepted_length: int | None) -> bool:
+        return self.completion.accepted(completion_id, accepted_length)
+
+    async def next_edit_at(self, path: Path, text: str, line: int, column: int,
+                           version: int | None) -> tuple[Suggestion | None, Layout | None]:
+        """The next edit at the cursor (``contenox/nextEdit``) and the prompt it came from;
+        (None, …) when there is nothing to suggest or a newer request superseded this one."""
+        service = self.next_edit
+        service.latest.cancel_previous()  # the newer request is the one the user waits for
+        self.cursor_at(path, line)
+        with service.latest.current() as task:
+            try:
+                found = await service.suggest(self.relative(path), text, line, column, version)
+            except asyncio.CancelledError:
+                if service.latest.superseded(task):
+                    return None, None
+                raise
+        return found, service.last_layout
+
+    def next_edit_shown(self) -> None:
+        self.next_edit.stats.displayed += 1
+
+    def next_edit_decided(self, suggestion_id: int, accepted: bool) -> bool:
+        return self.next_edit.decided(suggestion_id, accepted)
+
+    def conversation_outputs(self, cid: str | None) -> tuple[tuple[str, str, str], ...]:
+        """The earlier turns of conversation ``cid`` as the user turn's outputs."""
+        return prompt_outputs(self.conversations.turns(cid))
+
+    async def conversation_append(self, cid: str, question: str, answer: str) -> int:
+        return await asyncio.to_thread(self.conversations.append, cid, question, answer)
+
+    def conversation_view(self, cid: str | None) -> dict[str, Any]:
+        return self.conversations.view(cid)
+
+    async def conversation_clear(self, cid: str | None) -> int:
+        return await asyncio.to_thread(self.conversations.clear, cid)
+
+    async def snapshot(self, action: str, name: str | None) -> dict[str, Any]:
+        """``contenox/snapshot``: save, load, list or clear this workspace's KV snapshots."""
+        return await snapshot_action(self, action, name)
 
     # -- session -------------------------------------------------------------------------------
 
@@ -397,10 +498,10 @@ class Runtime:
         max_tokens: int,
         on_piece: Callable[[str], None] | None = None,
         work: Reporter | None = None,
-        lookup: int = 0,
+        rewrite: bool = False,
     ) -> dict[str, Any]:
-        """Assemble, prefill (reusing KV), decode (``lookup``: prompt-lookup draft length, for
-        answers that rewrite code the prompt holds); returns {text, metrics}.
+        """Assemble, prefill (reusing KV), decode (``rewrite``: the answer rewrites code the
+        prompt holds, so prompt lookup drafts it); returns {text, metrics}.
 
         Cancelling the awaiting task cancels the engine job (within one batch/token).
         """
@@ -430,7 +531,8 @@ class Runtime:
                 if work is not None:
                     work.report(len(tokens), len(tokens), "generating")
                 return stats, decode(session, max_tokens, emit, t0, fmt.stop, lead,
-                                     fmt.opening, lookup)
+                                     fmt.opening,
+                                     REWRITE_DRAFT_TOKENS if rewrite else 0)
 
             stats, gen = await self.run_user_job(fn, "ask")
         finally:

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from contenox_lsp.auto_snapshots import AutoSnapshots
 from contenox_lsp.clock import LoopTimer
-from contenox_lsp.jobs import background_prefill
 from contenox_lsp.progress import Notifier, Reporter
-from contenox_lsp.worker import EngineWorker, Job, JobCancelled, Priority
+from contenox_lsp.runtime.auto_snapshots import AutoSnapshots
+from contenox_lsp.runtime.jobs import background_prefill
+from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority
 from contextasm import Assembly, Manifest
 from contextasm.manifest import common_prefix_length
 from engine import Session

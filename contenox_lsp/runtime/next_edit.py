@@ -17,9 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contenox_lsp.completion.service import CompletionHost, repo_context
-from contenox_lsp.jobs import chunked_prefill
-from contenox_lsp.latest import LatestOnly
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import (
     Replacement,
@@ -31,8 +28,11 @@ from contenox_lsp.next_edit.edit import (
     rewritten_region,
 )
 from contenox_lsp.next_edit.history import EditHistory
-from contenox_lsp.residency import warm_branch
-from contenox_lsp.worker import Job, Priority
+from contenox_lsp.runtime.completion import CompletionHost, repo_context
+from contenox_lsp.runtime.jobs import chunked_prefill
+from contenox_lsp.runtime.latest import LatestOnly
+from contenox_lsp.runtime.residency import warm_branch
+from contenox_lsp.runtime.worker import Job, Priority
 from contextasm.tokens import default_token_cache
 from engine import Session
 from engine.lookup import REWRITE_DRAFT_TOKENS
