@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+
+def ms_since(t0: float) -> float:
+    """Milliseconds since ``t0`` (a ``time.perf_counter()`` reading)."""
+    return (time.perf_counter() - t0) * 1000.0
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def check_prompt(tokens: Sequence[int], n_vocab: int, n_ctx: int, reserve: int =
 
 class SessionBase:
     """Resident state and call exclusion shared by the backends. A subclass keeps
-    ``_tokens`` (the resident prompt) and ``_resident_identity`` current."""
+    ``_tokens`` (the resident prompt) and ``_resident_identity`` current, or (the llama
+    session, whose live sequence is one ``Computed`` value) overrides what reads ``_tokens``."""
 
     _tokens: list[int]
     _resident_identity: ContextIdentity | None

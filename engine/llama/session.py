@@ -29,6 +29,11 @@ cell of the sliding window kept) and snapshots are loaded into the live stream i
 
 Without it (``exact_reuse = false``) reuse is token-granular on one KV pool that parked
 branches share with the live sequence: cheaper in memory, but warm output may drift from cold.
+
+The session is built in layers: ``engine.llama.live.Computed`` is what a sequence holds (the
+live one and each branch), ``engine.llama.branches`` parks and restores branches,
+``engine.llama.snapshots`` saves and loads the live sequence, and this module prefills,
+decodes and chooses the schedule.
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import llama_cpp
@@ -57,10 +61,11 @@ from engine.errors import (
     InvalidBatchError,
     InvalidSessionStateError,
     NoKvSlotError,
-    SnapshotCorruptError,
 )
 from engine.fim import FimTokens
 from engine.llama import invariance
+from engine.llama.branches import MAIN_SEQ, Branch
+from engine.llama.live import BatchKind, Computed
 from engine.llama.model import (
     LoadedModel,
     backend_version,
@@ -69,35 +74,22 @@ from engine.llama.model import (
     meta_str,
 )
 from engine.llama.sampler import build_sampler
+from engine.llama.snapshots import SnapshotLayer
 from engine.lookup import LookupStats, NgramIndex
 from engine.model_files import cache_dir
 from engine.profile import Profile
 from engine.results import (
-    BranchInfo,
     GenerateResult,
     PrefillResult,
     SessionMetrics,
-    SnapshotResult,
     decode_rate,
+    ms_since,
 )
-from engine.session_base import SessionBase, check_prompt
-from engine.snapshot_file import SnapshotPayload, check_compatible, read_snapshot, write_snapshot
+from engine.session_base import check_prompt
 
 log = logging.getLogger(__name__)
 
-MAIN_SEQ = 0
 DecodeFn = Callable[[Any, Any], int]
-
-
-@dataclass
-class _Branch:
-    name: str
-    seq_id: int
-    tokens: list[int]
-    identity: ContextIdentity
-    last_used: float
-    exact_tokens: int
-    piece_tokens: int
 
 
 @dataclass(frozen=True)
@@ -154,11 +146,11 @@ _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 
 
 
 def invariant_batches(pos: int, end: int, size: int, min_batch: int
-                      ) -> list[tuple[int, int, str]]:
+                      ) -> list[tuple[int, int, BatchKind]]:
     """Micro-batches of at most ``size`` tokens covering ``pos..end-1``, none smaller than
     ``min_batch`` (the last borrows from the one before it; ``size >= 2 * min_batch``). Only a
     prompt shorter than ``min_batch`` gets a smaller one ("rest": not reusable)."""
-    out: list[tuple[int, int, str]] = []
+    out: list[tuple[int, int, BatchKind]] = []
     start = pos
     while end - start > size:
         take = size if end - start - size >= min_batch else end - start - min_batch
@@ -169,11 +161,8 @@ def invariant_batches(pos: int, end: int, size: int, min_batch: int
     return out
 
 
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
-
-class LlamaSession(SessionBase):
+class LlamaSession(SnapshotLayer):
     """The llama.cpp implementation of the engine session seam (see ``engine.session.Session``)."""
 
     backend = "llama"
@@ -195,11 +184,13 @@ class LlamaSession(SessionBase):
         self._ctx: Any = None
         self._mem: Any = None
         self._n_ubatch_override: int | None = None  # kept for a rebuild after a fatal decode
-        self._tokens: list[int] = []
+        # The live sequence (MAIN_SEQ): its tokens and how much of them a later prefill may
+        # keep, changed only through its methods (engine.llama.live).
+        self._live = Computed()
         self._resident_identity: ContextIdentity | None = None
         self._logits_ready = False
         self._prefill_started = 0.0
-        self._branches: dict[str, _Branch] = {}
+        self._branches: dict[str, Branch] = {}
         self._fatal_reason: str | None = None
         self.metrics = SessionMetrics()
         self._exact = profile.exact_reuse
@@ -209,11 +200,6 @@ class LlamaSession(SessionBase):
         self.last_lookup: LookupStats | None = None
         """Drafted and accepted tokens of the last ``stream(lookup=...)`` (None: no lookup)."""
         self._sampler = build_sampler(profile, model.vocab)
-        # Leading resident tokens a cold prefill of a longer prompt computes the same way
-        # (reusable under exact reuse), and, under the chunked schedule, from there the
-        # whole pieces of the partial chunk after them (>= _exact_tokens).
-        self._exact_tokens = 0
-        self._piece_tokens = 0
         # A cross-stream sequence copy that llama.cpp has not run yet (see _flush_copies).
         self._copies_pending = False
         self.schedule = self._choose_schedule()
@@ -325,7 +311,7 @@ class LlamaSession(SessionBase):
             min_batch = invariance.find_min_batch(
                 lambda sizes: self._probe_run(probe, sizes), n_ubatch)
             log.info("batch-invariance probe: minimum micro-batch %s (%.0f ms)",
-                     min_batch, _ms(t0))
+                     min_batch, ms_since(t0))
             invariance.store_probe(path, key, min_batch)
         return min_batch
 
@@ -520,13 +506,21 @@ class LlamaSession(SessionBase):
         return self._chunk  # 1 without exact reuse: the KV cache is trimmed token by token
 
     @property
+    def resident_tokens(self) -> list[int]:
+        return list(self._live.tokens)
+
+    @property
+    def n_resident(self) -> int:
+        return len(self._live)
+
+    @property
     def reusable_resident(self) -> int:
-        return self._exact_tokens if self._exact else len(self._tokens)
+        return self._live.exact if self._exact else len(self._live)
 
     def next_token_logits(self) -> array.array[float]:
         """A copy of the logits the next ``generate`` samples from (for drift measurements)."""
         if self._ctx is None or not self._logits_ready:
-            raise InvalidSessionStateError("no logits: prefill() first", resident=len(self._tokens))
+            raise InvalidSessionStateError("no logits: prefill() first", resident=len(self._live))
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
         out = array.array("f", bytes(4 * self.n_vocab))
         ctypes.memmove(out.buffer_info()[0], ptr, 4 * self.n_vocab)
@@ -605,7 +599,7 @@ class LlamaSession(SessionBase):
             result = PrefillResult(
                 reused_tokens=reused,
                 new_tokens=len(toks) - reused,
-                prefill_ms=_ms(t0),
+                prefill_ms=ms_since(t0),
                 total_tokens=len(toks),
                 miss_reason=reason,
                 restored_branch=restored,
@@ -630,14 +624,13 @@ class LlamaSession(SessionBase):
         if best is not None and best[1] > n:
             branch, n = best
             self._copy_seq(branch.seq_id, MAIN_SEQ)
-            self._tokens = list(branch.tokens)
-            self._exact_tokens, self._piece_tokens = branch.exact_tokens, branch.piece_tokens
+            self._live.set(branch.computed)
             branch.last_used = time.monotonic()
             restored = branch.name
 
         # Sliding-window layers may hold only the window: always with swa_full = false, and
         # after a snapshot load even with swa_full (llama.cpp saves only the window's cells).
-        if 0 < n < len(self._tokens) and self._model.n_swa > 0:
+        if 0 < n < len(self._live) and self._model.n_swa > 0:
             pos_min = int(llama_cpp.llama_memory_seq_pos_min(self._mem, MAIN_SEQ))
             needed = max(0, n - self._model.n_swa)
             if pos_min > needed:
@@ -647,13 +640,12 @@ class LlamaSession(SessionBase):
                     f"below {pos_min} are gone ({why})"
                 )
                 n = 0
-        if n < len(self._tokens):
+        if n < len(self._live):
             if not llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, n, -1):
                 reason = reason or "the cache cannot remove a partial sequence"
                 n = 0
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
-            del self._tokens[n:]
-        self._cut_computed(n)
+        self._live.cut(n)
         return n, reason, restored
 
     def warm_prefix(self, tokens: Sequence[int]) -> int:
@@ -662,11 +654,11 @@ class LlamaSession(SessionBase):
         best = self._best_branch(toks, self.identity)
         return max(n, best[1]) if best is not None else n
 
-    def _reusable(self, resident: Sequence[int], exact: int, pieces: int,
-                  toks: Sequence[int]) -> int:
-        """How many of ``resident`` (computed as ``exact``/``pieces`` say) a prefill of
-        ``toks`` keeps under this session's schedule (module doc)."""
-        common = common_prefix_length(resident, toks)
+    def _reusable(self, resident: Computed, toks: Sequence[int]) -> int:
+        """How many of the ``resident`` tokens a prefill of ``toks`` keeps under this
+        session's schedule (module doc)."""
+        exact, pieces = resident.exact, resident.pieces
+        common = common_prefix_length(resident.tokens, toks)
         if self.schedule.kind == "off":
             return max(0, min(common, len(toks) - 1))
         if self.schedule.kind == "invariant":
@@ -678,12 +670,7 @@ class LlamaSession(SessionBase):
 
     def _live_reusable(self, tokens: Sequence[int], granularity: int) -> int:
         # The schedule's rule (``_reusable``), not a plain granularity.
-        return self._reusable(self._tokens, self._exact_tokens, self._piece_tokens, tokens)
-
-    def _cut_computed(self, n: int) -> None:
-        """The live sequence was cut back to ``n`` tokens."""
-        self._exact_tokens = min(self._exact_tokens, n)
-        self._piece_tokens = max(self._exact_tokens, min(self._piece_tokens, n))
+        return self._reusable(self._live, tokens)
 
     def reset(self) -> None:
         """Forget everything resident (live sequence and parked branches): a cold session."""
@@ -692,15 +679,13 @@ class LlamaSession(SessionBase):
                 self.branch_drop(name)
             if self._mem is not None:
                 llama_cpp.llama_memory_clear(self._mem, True)
-            self._tokens = []
-            self._exact_tokens = self._piece_tokens = 0
+            self._live.clear()
             self._resident_identity = None
             self._logits_ready = False
 
     def _clear_live(self) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
-        self._tokens = []
-        self._exact_tokens = self._piece_tokens = 0
+        self._live.clear()
 
     def _fill_batch(self, chunk: Sequence[int], pos: int, logits_last: bool) -> None:
         b = self._batch
@@ -719,18 +704,14 @@ class LlamaSession(SessionBase):
         for start, stop, kind in self._schedule(pos, end):
             if self._cancel.is_set():
                 raise CancelledError(
-                    "prefill cancelled", committed_tokens=len(self._tokens), stage="prefill"
+                    "prefill cancelled", committed_tokens=len(self._live), stage="prefill"
                 )
             chunk = suffix[start - pos : stop - pos]
             self._decode_chunk(chunk, start, logits_last=stop == end, stage="prefill")
-            self._tokens.extend(chunk)
             # Each micro-batch is the one a cold prefill of this prompt computes there.
-            if kind == "chunks":
-                self._exact_tokens = self._piece_tokens = stop
-            elif kind == "piece":
-                self._piece_tokens = stop
+            self._live.commit(chunk, kind)
 
-    def _schedule(self, pos: int, end: int) -> list[tuple[int, int, str]]:
+    def _schedule(self, pos: int, end: int) -> list[tuple[int, int, BatchKind]]:
         """The batches that decode positions ``pos..end-1`` (see the module doc): whole
         chunks in n_batch batches (llama.cpp splits them into n_ubatch micro-batches), then
         the last partial chunk's whole pieces, then the rest. ``pos`` is where reuse stopped:
@@ -743,8 +724,9 @@ class LlamaSession(SessionBase):
         full_end = end // self._chunk * self._chunk
         assert pos >= full_end or pos % self._chunk == 0, (pos, self._chunk)
         pieces_end = full_end + (end - full_end) // self._piece * self._piece
-        out = [(s, min(s + self._n_batch, full_end), "chunks")
-               for s in range(pos, full_end, self._n_batch)]
+        out: list[tuple[int, int, BatchKind]] = [
+            (s, min(s + self._n_batch, full_end), "chunks")
+            for s in range(pos, full_end, self._n_batch)]
         out += [(s, s + self._piece, "piece") for s in range(max(pos, full_end), pieces_end,
                                                               self._piece)]
         if max(pos, pieces_end) < end:
@@ -770,7 +752,7 @@ class LlamaSession(SessionBase):
             self._on_decode_failure(status, stage)
 
     def _on_decode_failure(self, status: int, stage: str) -> None:
-        committed = len(self._tokens)
+        committed = len(self._live)
         data = {"status": status, "committed_tokens": committed, "stage": stage}
         if status < -1:
             self._go_fatal(f"llama_decode returned {status}")
@@ -788,7 +770,7 @@ class LlamaSession(SessionBase):
             )
         # Partial micro-batches may remain in KV (status 2): cut back to what we committed.
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, committed, -1)
-        self._cut_computed(committed)
+        self._live.cut(committed)
         if status == 2:
             raise CancelledError(f"{stage} cancelled", **data)
         if status == 1:
@@ -800,8 +782,7 @@ class LlamaSession(SessionBase):
             llama_cpp.llama_free(self._ctx)
         self._ctx = None
         self._mem = None
-        self._tokens = []
-        self._exact_tokens = self._piece_tokens = 0
+        self._live.clear()
         self._resident_identity = None
         self._branches.clear()
         self._logits_ready = False
@@ -824,7 +805,7 @@ class LlamaSession(SessionBase):
         with self._exclusive("stream"):
             if self._ctx is None or not self._logits_ready:
                 raise InvalidSessionStateError(
-                    "generate/stream needs a successful prefill() first", resident=len(self._tokens)
+                    "generate/stream needs a successful prefill() first", resident=len(self._live)
                 )
             if max_tokens < 1:
                 raise InvalidBatchError("max_tokens must be >= 1", max_tokens=max_tokens)
@@ -836,7 +817,7 @@ class LlamaSession(SessionBase):
             greedy = float(self.profile.get("sampler.temperature")) <= 0.0 and float(
                 self.profile.get("sampler.repeat_penalty")) == 1.0
             lookup = min(lookup, self._batch_capacity - 1) if greedy else 0
-            index = NgramIndex(self._tokens) if lookup else None
+            index = NgramIndex(self._live.tokens) if lookup else None
             # Kept current as it goes: a consumer that stops early (a stop text) closes the
             # generator before its end.
             self.last_lookup = LookupStats(0, 0) if lookup else None
@@ -869,22 +850,22 @@ class LlamaSession(SessionBase):
                         break
                 if len(out_tokens) >= max_tokens:
                     break  # no logits needed after the last token
-                if len(self._tokens) >= self.n_ctx:
+                if len(self._live) >= self.n_ctx:
                     finish = "context_full"
                     break
                 if index is None:
-                    self._decode_chunk([tok], len(self._tokens), logits_last=True,
+                    self._decode_chunk([tok], len(self._live), logits_last=True,
                                        stage="decode")
-                    self._tokens.append(tok)
+                    self._live.append(tok)
                     continue
                 # Prompt lookup: the token and a draft in one batch, every position's logits.
                 index.append(tok)
                 room = min(lookup, max_tokens - len(out_tokens),
-                           self.n_ctx - len(self._tokens) - 1)
+                           self.n_ctx - len(self._live) - 1)
                 draft = index.draft(room)
-                self._decode_chunk([tok, *draft], len(self._tokens), logits_last=True,
+                self._decode_chunk([tok, *draft], len(self._live), logits_last=True,
                                    stage="decode", logits_all=True)
-                self._tokens.append(tok)
+                self._live.append(tok)
                 drafted += len(draft)
                 kept, stop = 0, False
                 for j, want in enumerate(draft):
@@ -896,7 +877,7 @@ class LlamaSession(SessionBase):
                         break
                     kept += 1
                     out_tokens.append(got)
-                    self._tokens.append(got)
+                    self._live.append(got)
                     index.append(got)
                     piece = decoder.decode(self.token_piece(got))
                     if piece:
@@ -910,7 +891,7 @@ class LlamaSession(SessionBase):
                 accepted += kept
                 self.last_lookup = LookupStats(drafted, accepted)
                 # The rejected part of the draft leaves the KV cache.
-                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, len(self._tokens), -1)
+                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, len(self._live), -1)
                 if stop:
                     break
                 logits_at = kept  # after the last kept token
@@ -931,248 +912,6 @@ class LlamaSession(SessionBase):
                 finish_reason=finish,
             )
             return self.metrics.record_generate(result)
-
-
-    # ----------------------------------------------------------------- snapshots
-
-    def save_snapshot(self, path: str | Path) -> SnapshotResult:
-        """Write the live sequence's KV state with its identity, tokens and a checksum.
-
-        Under exact reuse only the whole chunks are saved, and the live sequence is cut back to
-        them first: a partial last chunk or generated tokens would be recomputed by the next
-        prefill anyway, and llama.cpp saves only the sliding window's cells, so a restored
-        prefix can be extended but not rolled back into.
-        """
-        with self._exclusive("save_snapshot"):
-            if self._ctx is None or not self._tokens or self._resident_identity is None:
-                raise InvalidSessionStateError(
-                    "nothing resident to snapshot", resident=len(self._tokens)
-                )
-            if self._exact and self._exact_tokens < len(self._tokens):
-                if self._exact_tokens == 0:
-                    raise InvalidSessionStateError(
-                        "nothing resident in whole chunks to snapshot",
-                        resident=len(self._tokens),
-                        chunk=self._chunk,
-                    )
-                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, self._exact_tokens, -1)
-                del self._tokens[self._exact_tokens :]
-                self._piece_tokens = self._exact_tokens
-                self._logits_ready = False
-            t0 = time.perf_counter()
-            self._flush_copies()
-            size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
-            buf = (ctypes.c_uint8 * size)()
-            n = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, MAIN_SEQ))
-            payload = SnapshotPayload(
-                identity=self._resident_identity,
-                tokens=list(self._tokens),
-                state=ctypes.string_at(buf, n),  # buf[:n] would build a list of ints
-                meta={
-                    "backend": self.backend,
-                    "model": self._model.description,
-                    "exact_tokens": self._exact_tokens,
-                },
-            )
-            nbytes = write_snapshot(Path(path), payload)
-            result = SnapshotResult(
-                path=str(path), tokens=len(self._tokens), bytes=nbytes, ms=_ms(t0)
-            )
-            self.metrics.last_snapshot_save = result
-            return result
-
-    def load_snapshot(
-        self, path: str | Path, expect_prefix: Sequence[int] | None = None
-    ) -> SnapshotResult:
-        """Restore a snapshot into the live sequence.
-
-        Checksum, header, identity and (given ``expect_prefix``, the tokens the caller's store
-        entry is keyed by) the token list are verified before the context is touched; the state
-        is loaded into a spare sequence first and must hold exactly the header's positions, so
-        a rejected state leaves the live one as it was.
-        """
-        with self._exclusive("load_snapshot"):
-            t0 = time.perf_counter()
-            payload = read_snapshot(Path(path))
-            check_compatible(payload, path, self.identity, self.n_ctx, expect_prefix)
-            self._ensure_context()
-            self._flush_copies()
-            spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ
-            if spare is None:
-                self._drop_lru_branch()
-                spare = self._free_seq()
-            target = spare if spare is not None else MAIN_SEQ
-            arr = (ctypes.c_uint8 * len(payload.state)).from_buffer_copy(payload.state)
-            llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
-            read = int(
-                llama_cpp.llama_state_seq_set_data(self._ctx, arr, len(payload.state), target)
-            )
-            last = int(llama_cpp.llama_memory_seq_pos_max(self._mem, target))
-            if read == 0 or last != len(payload.tokens) - 1:
-                llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
-                if target == MAIN_SEQ:
-                    self._tokens = []
-                    self._exact_tokens = self._piece_tokens = 0
-                raise SnapshotCorruptError(
-                    f"llama.cpp rejected the state in {path}" if read == 0 else
-                    f"the state in {path} ends at position {last}, its header holds "
-                    f"{len(payload.tokens)} tokens",
-                    path=str(path),
-                    reason="state rejected" if read == 0 else "state does not match its tokens",
-                )
-            if target != MAIN_SEQ:
-                # Accepted: now load it into the live sequence itself, which writes the cells
-                # at once and lays them out as a cold prefill would.
-                llama_cpp.llama_memory_seq_rm(self._mem, target, -1, -1)
-                llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
-                self._tokens, self._exact_tokens, self._piece_tokens = [], 0, 0
-                if not llama_cpp.llama_state_seq_set_data(
-                    self._ctx, arr, len(payload.state), MAIN_SEQ
-                ):
-                    llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
-                    raise SnapshotCorruptError(
-                        f"llama.cpp rejected the state in {path} on the live sequence",
-                        path=str(path),
-                        reason="state rejected",
-                    )
-            self._tokens = list(payload.tokens)
-            self._exact_tokens = self._piece_tokens = self._snapshot_exact_tokens(payload)
-            self._resident_identity = payload.identity
-            self._logits_ready = False
-            result = SnapshotResult(
-                path=str(path), tokens=len(payload.tokens), bytes=len(payload.state), ms=_ms(t0)
-            )
-            self.metrics.last_snapshot_load = result
-            return result
-
-    def _snapshot_exact_tokens(self, payload: SnapshotPayload) -> int:
-        """How much of a loaded snapshot counts as computed in whole chunks (0 if unknown)."""
-        if not self._exact:
-            return len(payload.tokens)
-        claimed = payload.meta.get("exact_tokens")
-        if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed < 0:
-            return 0
-        return min(claimed, len(payload.tokens)) // self._chunk * self._chunk
-
-    # ----------------------------------------------------------------- branches
-
-    def _copy_seq(self, src: int, dst: int) -> None:
-        """One pool: the destination shares the source's cells. Separate streams (exact
-        reuse): llama.cpp copies the whole stream, cells at the same indices, every cell of the
-        window kept (the sequence-state API would drop the cells outside the sliding window);
-        the copy itself runs at the next decode, see ``_flush_copies``."""
-        llama_cpp.llama_memory_seq_rm(self._mem, dst, -1, -1)
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
-        self._copies_pending = self._exact
-
-    def _flush_copies(self) -> None:
-        """Make pending stream copies happen before the stream buffers are read or written
-        directly (state save/load): llama.cpp runs them at the start of the next decode, so
-        decode one token in a free stream and forget it."""
-        if not self._copies_pending:
-            return
-        scratch = self._free_seq()
-        if scratch is None:
-            # Every other stream holds a branch (or there is none): give the oldest one up.
-            if self._drop_lru_branch():
-                scratch = self._free_seq()
-            else:
-                scratch = MAIN_SEQ if not self._tokens else None
-        if scratch is None:
-            return  # n_seq_max = 1: nothing is ever copied between streams
-        b = self._batch
-        b.n_tokens = 1
-        b.token[0], b.pos[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = 0, 0, 1, scratch, 0
-        status = int(llama_cpp.llama_decode(self._ctx, b))
-        llama_cpp.llama_memory_seq_rm(self._mem, scratch, -1, -1)
-        # 2 (aborted by a pending cancel) comes after the copies: llama.cpp runs them first.
-        if status not in (0, 2):
-            self._go_fatal(f"llama_decode returned {status} while copying a sequence")
-            raise DecodeFatalError(
-                "could not complete a sequence copy; the context will be rebuilt", status=status
-            )
-        self._copies_pending = False
-
-    def _free_seq(self) -> int | None:
-        used = {b.seq_id for b in self._branches.values()}
-        return next((s for s in range(1, self._n_seq_max) if s not in used), None)
-
-    def _drop_lru_branch(self) -> bool:
-        if not self._branches:
-            return False
-        victim = min(self._branches.values(), key=lambda b: b.last_used)
-        log.info("dropping parked branch %r to free KV cells", victim.name)
-        self.branch_drop(victim.name)
-        return True
-
-    def _best_branch(
-        self, toks: Sequence[int], ident: ContextIdentity
-    ) -> tuple[_Branch, int] | None:
-        best: tuple[_Branch, int] | None = None
-        for b in sorted(self._branches.values(), key=lambda b: b.name):
-            if b.identity != ident:
-                continue
-            n = self._reusable(b.tokens, b.exact_tokens, b.piece_tokens, toks)
-            if best is None or n > best[1]:
-                best = (b, n)
-        return best
-
-    def branch_save(self, name: str) -> BranchInfo:
-        """Park a copy of the live prefix under ``name`` (cells are shared, not duplicated).
-
-        ``prefill`` restores a parked branch automatically when it shares a longer prefix with
-        the new prompt than the live sequence does. With all slots taken, the least recently
-        used branch is replaced.
-        """
-        if self._n_seq_max < 2:
-            from engine.errors import UnsupportedCapabilityError
-
-            raise UnsupportedCapabilityError(
-                "branches need context.n_seq_max >= 2", capability="branches"
-            )
-        if self._ctx is None or not self._tokens or self._resident_identity is None:
-            raise InvalidSessionStateError("nothing resident to branch", resident=len(self._tokens))
-        existing = self._branches.get(name)
-        seq = existing.seq_id if existing else self._free_seq()
-        if seq is None:
-            self._drop_lru_branch()
-            seq = self._free_seq()
-        assert seq is not None
-        self._copy_seq(MAIN_SEQ, seq)
-        branch = _Branch(
-            name,
-            seq,
-            list(self._tokens),
-            self._resident_identity,
-            time.monotonic(),
-            self._exact_tokens,
-            self._piece_tokens,
-        )
-        self._branches[name] = branch
-        return BranchInfo(name=name, seq_id=seq, tokens=len(branch.tokens))
-
-    def branch_restore(self, name: str) -> BranchInfo:
-        branch = self._branches.get(name)
-        if branch is None:
-            raise InvalidSessionStateError(f"no parked branch named {name!r}", branch=name)
-        self._copy_seq(branch.seq_id, MAIN_SEQ)
-        self._tokens = list(branch.tokens)
-        self._exact_tokens, self._piece_tokens = branch.exact_tokens, branch.piece_tokens
-        self._resident_identity = branch.identity
-        self._logits_ready = False
-        branch.last_used = time.monotonic()
-        return BranchInfo(name=name, seq_id=branch.seq_id, tokens=len(branch.tokens))
-
-    def branch_drop(self, name: str) -> None:
-        branch = self._branches.pop(name, None)
-        if branch is not None and self._mem is not None:
-            llama_cpp.llama_memory_seq_rm(self._mem, branch.seq_id, -1, -1)
-
-    def branches(self) -> list[BranchInfo]:
-        return [
-            BranchInfo(name=b.name, seq_id=b.seq_id, tokens=len(b.tokens))
-            for b in sorted(self._branches.values(), key=lambda b: b.seq_id)
-        ]
 
 
 __all__ = ["EngineError", "LlamaSession"]

@@ -54,6 +54,7 @@ from engine.results import (
     PrefillResult,
     SessionMetrics,
     decode_rate,
+    ms_since,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
@@ -63,9 +64,6 @@ MANIFEST_NAME = "contenox_conversion.json"
 #: KV block size of OpenVINO's paged attention per device (prefix caching shares whole blocks).
 KV_BLOCK_SIZE = {"CPU": 32, "GPU": 16, "NPU": 32}
 
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def _import_genai() -> Any:
@@ -493,7 +491,7 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
             result = PrefillResult(
                 reused_tokens=reused,
                 new_tokens=len(toks) - reused,
-                prefill_ms=_ms(t0),
+                prefill_ms=ms_since(t0),
                 total_tokens=len(toks),
                 miss_reason=reason,
             )

@@ -59,6 +59,7 @@ from engine.results import (
     SessionMetrics,
     SnapshotResult,
     decode_rate,
+    ms_since,
 )
 from engine.session_base import SessionBase, WithoutSequenceState, check_prompt
 
@@ -76,9 +77,6 @@ SERVER_FALLBACK_TEMPLATE = (
     "{%- endif -%}"
 )
 
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def _digest(value: Any) -> str:
@@ -513,7 +511,7 @@ class LlamaServerSession(WithoutSequenceState, SessionBase):
             self._resident_identity = ident
             self.metrics.extra["last_server_timings"] = final.report
             return self.metrics.record_prefill(PrefillResult(
-                reused_tokens=reused, new_tokens=computed, prefill_ms=_ms(t0),
+                reused_tokens=reused, new_tokens=computed, prefill_ms=ms_since(t0),
                 total_tokens=len(toks), miss_reason=reason,
             ))
 
