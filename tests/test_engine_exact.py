@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from contextasm.manifest import common_prefix_length
 from engine import CancelledError, load_profile, open_session
+from engine.errors import UnsupportedCapabilityError
 from engine.llama import invariance
 from engine.llama.session import TAIL_PIECE, invariant_batches, reusable_tokens
 
@@ -262,12 +263,59 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     s.prefill(prefix)
     with tempfile.TemporaryDirectory() as tmp:
         snap = Path(tmp) / "long.snap"
-        assert s.save_snapshot(snap).tokens == whole
+        try:
+            saved = s.save_snapshot(snap)
+        except UnsupportedCapabilityError as exc:
+            # This CPU rounds differently over a restored window (engine/llama/snapshots.py,
+            # measured by the save): refused, reported, and the live sequence untouched.
+            assert (exc.data["capability"], exc.data["window"]) == ("snapshots_past_window",
+                                                                   n_swa)
+            assert s.snapshots_past_window is False
+            assert s.exact_reuse["snapshotsPastWindow"].startswith("refused")
+            assert not snap.exists()
+            r = s.prefill(full)
+            assert r.reused_tokens == _kept(s, prefix, len(prefix), full)
+            assert _logits_and_tokens(s) == cold
+            return
+        assert s.snapshots_past_window is True
+        assert saved.tokens == whole
         s.prefill(base[:1] + base[900 : 900 + 200])
         s.load_snapshot(snap)
     r = s.prefill(full)
     assert (r.reused_tokens, r.miss_reason) == (whole, None)
     assert _logits_and_tokens(s) == cold
+
+
+def test_a_cpu_that_rounds_differently_over_a_restored_window_refuses_such_snapshots(
+        llama_session: Any, text: str) -> None:
+    """Where the probe found a restored window inexact, a snapshot longer than the window is
+    neither saved nor loaded, and the refusal changes nothing. The probe's answer is set here:
+    which CPUs round differently is the machine's call."""
+    s = llama_session
+    n_swa = s._model.n_swa
+    base = s.tokenize(text, add_bos=True)
+    prefix, short = base[: n_swa + 40], base[: n_swa - 40]
+    measured = s._window_exact
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            snap = Path(tmp) / "long.snap"
+            s._window_exact = True
+            s.reset()
+            s.prefill(prefix)
+            s.save_snapshot(snap)  # as a CPU whose window restores exactly would keep it
+            s._window_exact = False
+            s.prefill(prefix)
+            before = s.resident_tokens
+            with pytest.raises(UnsupportedCapabilityError, match="sliding window"):
+                s.save_snapshot(Path(tmp) / "other.snap")
+            assert s.resident_tokens == before and not (Path(tmp) / "other.snap").exists()
+            s.prefill(short)
+            with pytest.raises(UnsupportedCapabilityError, match="more than the sliding window"):
+                s.load_snapshot(snap)
+            assert s.resident_tokens == short
+            assert s.save_snapshot(Path(tmp) / "short.snap").tokens == _whole(s, len(short))
+    finally:
+        s._window_exact = measured
 
 
 @given(pos=st.integers(0, 3000), n=st.integers(1, 3000), size=st.integers(16, 600),

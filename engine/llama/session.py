@@ -450,7 +450,11 @@ class LlamaSession(SnapshotLayer):
 
     @property
     def exact_reuse(self) -> dict[str, Any]:
-        return self.schedule.to_dict()
+        past = self.snapshots_past_window
+        return {**self.schedule.to_dict(), "snapshotsPastWindow": (
+            None if past is None and not self._past_window(self.n_ctx) else
+            "not measured yet" if past is None else "exact" if past else
+            f"refused: not exact on this CPU (window {self._model.n_swa} tokens)")}
 
     @property
     def prompt_format_source(self) -> str:

@@ -3,11 +3,21 @@ checksum written to a file (``engine.snapshot_file``), and loaded back into the 
 
 A layer of ``LlamaSession`` (its base class), above the branch layer whose spare sequences a
 load is checked in first.
+
+Sliding-window models: llama.cpp saves only the cells a sliding-window layer can still attend
+to, so a restored sequence longer than the window lays those cells out differently from a cold
+prefill. On most CPUs that gives the same bits; on some (seen: an AVX-only AMD EPYC) the
+attention kernels round differently over the other layout, and the answer drifts. The first
+save of such a sequence measures it (``_restored_window_exact``: the live sequence and a copy
+restored from its own state decode the same tokens, and must give the same logits), the result
+is kept per model, build and kernel settings, and where it differs a snapshot longer than the
+window is refused with a clear error instead of restoring something that is not exact.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,11 +26,27 @@ from typing import Any
 import llama_cpp
 
 from contextasm.identity import ContextIdentity
-from engine.errors import InvalidSessionStateError, SnapshotCorruptError
+from engine.errors import (
+    DecodeFatalError,
+    InvalidSessionStateError,
+    SnapshotCorruptError,
+    UnsupportedCapabilityError,
+)
+from engine.json_map import read_map, write_entry
 from engine.llama.branches import MAIN_SEQ, BranchLayer
+from engine.llama.invariance import PROBE_TEXT, probe_key
 from engine.llama.live import Computed
+from engine.model_files import cache_dir
+from engine.profile import Profile
 from engine.results import SessionMetrics, SnapshotResult, ms_since
 from engine.snapshot_file import SnapshotPayload, check_compatible, read_snapshot, write_snapshot
+
+log = logging.getLogger(__name__)
+
+#: The batches the restored-window probe decodes after the live sequence and after its
+#: restored copy. Where the layout matters, single-token decodes agreed and batches of 8 or
+#: more mostly did not (some text agreed): several batches of different sizes and text.
+WINDOW_PROBE_BATCHES = (11, 16, 13, 9, 16, 12, 1, 1)
 
 
 class SnapshotLayer(BranchLayer):
@@ -30,14 +56,19 @@ class SnapshotLayer(BranchLayer):
     backend: str
     identity: ContextIdentity
     metrics: SessionMetrics
+    profile: Profile
     _model: Any
     _chunk: int
+    _window_exact: bool | None = None  # this process's answer of the restored-window probe
 
     @property
     def n_ctx(self) -> int:
         raise NotImplementedError
 
     def _ensure_context(self) -> None:
+        raise NotImplementedError
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         raise NotImplementedError
 
     def save_snapshot(self, path: str | Path) -> SnapshotResult:
@@ -52,6 +83,14 @@ class SnapshotLayer(BranchLayer):
             live = self._live
             if self._ctx is None or not live.tokens or self._resident_identity is None:
                 raise InvalidSessionStateError("nothing resident to snapshot", resident=len(live))
+            saved = live.exact if self._exact else len(live)
+            if self._past_window(saved) and not self._restored_window_exact():
+                raise UnsupportedCapabilityError(
+                    f"a snapshot of more than {self._model.n_swa} tokens (the sliding window) "
+                    "does not restore exactly on this CPU: llama.cpp keeps only the window's "
+                    "cells, and this CPU's attention kernels round differently over that "
+                    "layout", capability="snapshots_past_window", tokens=saved,
+                    window=self._model.n_swa)
             if self._exact and live.exact < len(live):
                 if live.exact == 0:
                     raise InvalidSessionStateError(
@@ -98,6 +137,12 @@ class SnapshotLayer(BranchLayer):
             t0 = time.perf_counter()
             payload = read_snapshot(Path(path))
             check_compatible(payload, path, self.identity, self.n_ctx, expect_prefix)
+            if self._past_window(len(payload.tokens)) and self.snapshots_past_window is False:
+                raise UnsupportedCapabilityError(
+                    f"{path} holds {len(payload.tokens)} tokens, more than the sliding window "
+                    f"({self._model.n_swa}); such a snapshot does not restore exactly on this "
+                    "CPU", capability="snapshots_past_window", path=str(path),
+                    tokens=len(payload.tokens), window=self._model.n_swa)
             self._ensure_context()
             self._flush_copies()
             spare = self._free_seq() if self._n_seq_max > 1 else MAIN_SEQ
@@ -145,6 +190,106 @@ class SnapshotLayer(BranchLayer):
                                     bytes=len(payload.state), ms=ms_since(t0))
             self.metrics.last_snapshot_load = result
             return result
+
+    # -- sliding windows (module doc) ------------------------------------------------------
+
+    def _past_window(self, n: int) -> bool:
+        """Whether a snapshot of the live sequence's first ``n`` tokens drops sliding-window
+        cells (under exact reuse, where the layout matters)."""
+        return self._exact and self._model.n_swa > 0 and n > self._model.n_swa
+
+    @property
+    def snapshots_past_window(self) -> bool | None:
+        """Whether a snapshot longer than the sliding window restores exactly on this CPU:
+        None where there is no window (or exact reuse is off) or it was not measured yet."""
+        if not (self._exact and self._model.n_swa > 0):
+            return None
+        if self._window_exact is None:
+            found = read_map(self._window_probe_path()).get(self._window_probe_key())
+            self._window_exact = found if isinstance(found, bool) else None
+        return self._window_exact
+
+    def _window_probe_path(self) -> Path:
+        return cache_dir() / "engine" / "restored-window.json"
+
+    def _window_probe_key(self) -> str:
+        p = self.profile
+        return probe_key(identity=self.identity.to_dict(), repack=p.get("context.repack_weights"),
+                         n_gpu_layers=p.get("context.n_gpu_layers"),
+                         n_threads_batch=p.get("context.n_threads_batch"))
+
+    def _restored_window_exact(self) -> bool:
+        """The probe's answer: kept, or measured now on the live sequence (longer than the
+        window) and kept. Needs a spare sequence; without one (``n_seq_max = 1``) the answer
+        is no."""
+        known = self.snapshots_past_window
+        if known is not None:
+            return known
+        t0 = time.perf_counter()
+        same = self._measure_restored_window()
+        log.info("restored-window probe: %s (%.0f ms)", "exact" if same else "not exact",
+                 ms_since(t0))
+        self._window_exact = same
+        write_entry(self._window_probe_path(), self._window_probe_key(), same)
+        return same
+
+    def _measure_restored_window(self) -> bool:
+        """Decode the same batches after the live sequence (in a whole-stream copy, which
+        keeps its layout) and after the live sequence restored from its own state, as a
+        snapshot load does; True when every logit has the same bits. The live sequence is
+        then copied back (its logits must be computed again)."""
+        spare = self._free_seq()
+        if spare is None and self._drop_lru_branch():
+            spare = self._free_seq()
+        if spare is None:
+            return False
+        self._flush_copies()
+        n = len(self._live)
+        size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
+        buf = (ctypes.c_uint8 * size)()
+        got = int(llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, MAIN_SEQ))
+        self._logits_ready = False
+        # Fresh text, not the sequence's own tokens (a repeat of those agreed where new code
+        # did not); batches as a prefill after a restored snapshot, then single decode steps.
+        text = self.tokenize(PROBE_TEXT, add_bos=False)
+        steps, pos = [], n
+        for size in WINDOW_PROBE_BATCHES:
+            steps.append((text[pos - n: pos - n + size], pos))
+            pos += size
+        self._copy_seq(MAIN_SEQ, spare)
+        kept = [self._probe_batch(spare, tokens, at) for tokens, at in steps]
+        llama_cpp.llama_memory_seq_rm(self._mem, spare, n, -1)
+        restored = False
+        try:
+            llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
+            restored = bool(llama_cpp.llama_state_seq_set_data(self._ctx, buf, got, MAIN_SEQ))
+            return restored and all(
+                self._probe_batch(MAIN_SEQ, tokens, at) == logits
+                for (tokens, at), logits in zip(steps, kept, strict=True))
+        finally:
+            # The live sequence as it was, cell for cell: the copy runs at the next decode,
+            # one token after the sequence that is then taken off again.
+            self._copy_seq(spare, MAIN_SEQ)
+            self._probe_batch(MAIN_SEQ, text[:1], n)
+            llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, n, -1)
+            self._copies_pending = False
+            llama_cpp.llama_memory_seq_rm(self._mem, spare, -1, -1)
+
+    def _probe_batch(self, seq: int, tokens: Sequence[int], pos: int) -> bytes:
+        """Decode ``tokens`` at ``pos`` of sequence ``seq`` in one batch; every position's
+        logits."""
+        b = self._batch
+        b.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0] = token, pos + i, 1, seq
+            b.logits[i] = 1
+        status = int(llama_cpp.llama_decode(self._ctx, b))
+        if status != 0:
+            raise DecodeFatalError(
+                f"llama_decode returned {status} in the restored-window probe", status=status)
+        row = 4 * int(self._model.n_vocab)
+        return b"".join(ctypes.string_at(llama_cpp.llama_get_logits_ith(self._ctx, i), row)
+                        for i in range(len(tokens)))
 
     def _snapshot_exact_tokens(self, payload: SnapshotPayload) -> int:
         """How much of a loaded snapshot counts as computed in whole chunks (0 if unknown)."""
