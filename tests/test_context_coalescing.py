@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contenox_lsp import context as ctx
+from contenox_lsp.runtime import context as ctx
 from contenox_lsp.runtime.context import ContextService
 from repo_index import RepoIndex
 
