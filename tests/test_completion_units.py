@@ -12,6 +12,9 @@ from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import build_prompt, choose_mode, file_header, heal, heal_split
 from contenox_lsp.completion.window import WINDOW_ALIGN, cursor_window, window_start
 from contenox_lsp.runtime.completion import CompletionService, Shown
+from contenox_lsp.runtime.editor_view import EditorView
+from contenox_lsp.runtime.residency import Residency
+from contenox_lsp.turn import WorkspaceState
 from contextasm.manifest import common_prefix_length
 from engine.fim import FimTokens
 
@@ -79,7 +82,7 @@ def test_whitespace_only_is_never_offered() -> None:
 
 
 def test_typed_through_answers_the_rest_without_a_model() -> None:
-    svc = CompletionService(_NoRuntime())  # type: ignore[arg-type]
+    svc = CompletionService(*_NO_ENGINE_SIDE)  # type: ignore[arg-type]
     svc.last = Shown(7, "file:///a.py", 3, "    return ", "sorted(items)")
     out = svc.typed_through("file:///a.py", 3, "    return sor")
     assert out is not None and out.text == "ted(items)" and out.id == 7
@@ -90,8 +93,9 @@ def test_typed_through_answers_the_rest_without_a_model() -> None:
     assert svc.typed_through("file:///a.py", 3, "    return sorted(items)") is None  # all typed
 
 
-class _NoRuntime:
-    """CompletionService only keeps a reference to its runtime until a model call."""
+#: Typed-through answers without the engine side: the service keeps its collaborators
+#: until a model call.
+_NO_ENGINE_SIDE = (None, None, None, None)
 
 
 def test_a_trailing_blank_is_healed() -> None:
@@ -203,8 +207,9 @@ def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
 def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any) -> None:
     """``CompletionService.warm_up``'s job (chat parked, the completion prompt down to the
     cursor's line prefilled and parked, the chat prefix live again), then the completion at
-    that line restored from its branch: the cold run's greedy tokens. The host is the real
-    session with the few runtime fields ``warm_up`` reads."""
+    that line restored from its branch: the cold run's greedy tokens. The engine side is the
+    real session, with a real editor view and residency and the idle fields ``warm_up``
+    reads."""
     from types import SimpleNamespace
 
     from contenox_lsp.runtime.jobs import chunked_prefill
@@ -214,11 +219,13 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
     path = Path("/ws/m.py")
     chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
-    host = SimpleNamespace(
-        worker=SimpleNamespace(session=s), idle=SimpleNamespace(assembly=None, target=chat),
-        last_cursor=(path, 120), buffer_text=lambda p: SOURCE if p == path else None,
-        relative=lambda p: "m.py", repo_name=lambda: "ws")
-    service = CompletionService(host)  # type: ignore[arg-type]
+    editor = EditorView(lambda: [Path("/ws")], lambda: WorkspaceState(
+        (Path("/ws"),), {path: SOURCE}, (), (path,)))
+    editor.last_cursor = (path, 120)
+    service = CompletionService(
+        SimpleNamespace(worker=SimpleNamespace(session=s)),  # type: ignore[arg-type]
+        editor, SimpleNamespace(assembly=None, target=chat),  # type: ignore[arg-type]
+        Residency())
     assert service.warm_up() is None  # no completion client yet
     service.wanted = True
     s.reset()
@@ -243,11 +250,10 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     """Back-to-back completions keep their state live and save no branch (a save copies the
     whole KV stream); the worker's before-job hook parks it when another job (here an ask)
     runs, and the next completion restored from it gives the cold run's greedy tokens. The
-    host is the real session with the runtime fields ``complete`` reads; jobs run inline."""
+    engine side is the real session with the calls ``complete`` makes; jobs run inline."""
     import asyncio
     from types import SimpleNamespace
 
-    from contenox_lsp.runtime.residency import Residency
     from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session
@@ -260,12 +266,14 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
         return fn(s, Job(fn=fn, priority=Priority.USER, label=label))
 
     residency = Residency()
-    host = SimpleNamespace(
-        worker=SimpleNamespace(session=s, busy_with=None),
-        idle=SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),
-        residency=residency,
-        session=session, run_user_job=run_user_job, repo_name=lambda: "ws")
-    service = CompletionService(host)  # type: ignore[arg-type]
+    engine = SimpleNamespace(worker=SimpleNamespace(session=s, busy_with=None),
+                             session=session, run_user_job=run_user_job,
+                             busy_with_user=lambda *_labels: False)
+    editor = EditorView(lambda: [Path("/ws")], lambda: WorkspaceState((Path("/ws"),), {}, (), ()))
+    service = CompletionService(
+        engine, editor,  # type: ignore[arg-type]
+        SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),  # type: ignore[arg-type]
+        residency)
     residency.register("completion", "completion", service.warm_up)
     ask = Job(fn=lambda *_: None, priority=Priority.USER, label="ask")
 
@@ -347,7 +355,6 @@ def test_residency_parks_the_live_prefix_of_one_kind_before_a_job_of_another(
     warm-ups run in registration order; a branch is registered once."""
     import pytest
 
-    from contenox_lsp.runtime.residency import Residency
     from contenox_lsp.runtime.worker import Job, Priority
 
     s = llama_session

@@ -113,7 +113,6 @@ def test_the_worker_calls_its_before_job_hook_first_and_runs_the_job_if_it_fails
     from contenox_lsp.runtime.worker import EngineWorker, Job, Priority
 
     session = object()
-    worker = EngineWorker(lambda: contextlib.nullcontext(session))
     order: list[str] = []
 
     def hook(s: object, job: Job) -> None:
@@ -122,7 +121,8 @@ def test_the_worker_calls_its_before_job_hook_first_and_runs_the_job_if_it_fails
         if job.label == "second":
             raise RuntimeError("the hook failed")
 
-    worker.before_job = hook
+    worker = EngineWorker(lambda: contextlib.nullcontext(session),  # type: ignore[arg-type]
+                          before_job=hook)  # type: ignore[arg-type]
     worker.start()
     try:
         for label in ("first", "second"):

@@ -203,7 +203,7 @@ def test_a_rewrite_that_stops_short_of_the_region_keeps_the_rest_of_it() -> None
 def test_only_an_insertion_at_the_cursor_is_offered_as_a_completion() -> None:
     from contenox_lsp.runtime.next_edit import NextEditService, Suggestion
 
-    service = NextEditService(None)  # type: ignore[arg-type]  # the host is not used here
+    service = NextEditService(None, None, None, None)  # type: ignore[arg-type]  # not used here
     service.shown = Suggestion(3, "geo.py", Replacement((4, 8), (4, 8), "eight"), version=7)
     assert service.insertion_at("geo.py", 7, 4, 8) is service.shown
     assert service.insertion_at("geo.py", 8, 4, 8) is None  # the document changed since

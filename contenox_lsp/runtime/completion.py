@@ -16,8 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from contenox_lsp.clock import Mark
 from contenox_lsp.completion.postprocess import finish
@@ -30,36 +29,19 @@ from contenox_lsp.completion.prompt import (
     repo_files,
 )
 from contenox_lsp.completion.window import At, CursorWindow, cursor_window
-from contenox_lsp.runtime.context import ContextService
+from contenox_lsp.runtime.editor_view import EditorView
+from contenox_lsp.runtime.engine_access import EngineAccess
 from contenox_lsp.runtime.idle_prefill import IdlePrefill
 from contenox_lsp.runtime.jobs import PrefillStats, chunked_prefill
 from contenox_lsp.runtime.latest import LatestOnly
 from contenox_lsp.runtime.residency import Residency, warm_branch
 from contenox_lsp.runtime.speculation import Speculation
-from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority
+from contenox_lsp.runtime.worker import Job, JobCancelled, Priority
 from contextasm import Assembly, SegmentKind
 from engine import Session
 
-T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-
-class CompletionHost(Protocol):
-    """What a completion needs of the runtime (the runtime is one; it is injected so that
-    this module does not import it)."""
-
-    worker: EngineWorker
-    context: ContextService
-    idle: IdlePrefill
-    residency: Residency
-    last_cursor: tuple[Path, int] | None
-
-    def buffer_text(self, path: Path) -> str | None: ...
-    def relative(self, path: Path) -> str: ...
-    def repo_name(self) -> str: ...
-
-    async def session(self) -> Session: ...
-    async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T: ...
 
 #: While completions keep coming (the user is typing), the repository context of the prompt
 #: stays as it was for up to this long after the last one: the repo map changes as the file
@@ -133,8 +115,12 @@ def repo_context(assembly: Assembly | None, name: str = "") -> RepoContext:
 
 
 class CompletionService:
-    def __init__(self, rt: CompletionHost) -> None:
-        self._rt = rt
+    def __init__(self, engine: EngineAccess, editor: EditorView, idle: IdlePrefill,
+                 residency: Residency) -> None:
+        self._engine = engine
+        self._editor = editor
+        self._idle = idle
+        self._residency = residency
         self._ids = itertools.count(1)
         self.last: Shown | None = None
         self.stats = CompletionStats()
@@ -149,7 +135,7 @@ class CompletionService:
         self.latest = LatestOnly()  # the request in flight (cancel-previous)
 
     def _repo_context(self, now: float) -> RepoContext:
-        fresh = repo_context(self._rt.idle.assembly, self._rt.repo_name())
+        fresh = repo_context(self._idle.assembly, self._editor.repo_name())
         if self._context is None or not self._last_run.within(STICKY_CONTEXT_S, now):
             self._context = fresh
         self._last_run.set(now)
@@ -252,20 +238,19 @@ class CompletionService:
         self._last_request.set()
 
     def _busy_with_user(self) -> bool:
-        busy = self._rt.worker.busy_with
-        return busy is not None and busy.priority == Priority.USER and busy.label != JOB_LABEL
+        return self._engine.busy_with_user(JOB_LABEL)
 
     async def _run(self, rel: str, win: CursorWindow, t0: float,
                    priority: Priority) -> ModelRun:
-        rt = self._rt
-        session = await rt.session()
+        session = await self._engine.session()
         profile = session.profile
         mode = choose_mode(profile.completion_mode, session.fim_tokens)
         context = self._repo_context(time.monotonic())
 
         max_tokens = profile.completion_max_tokens
         deadline_s = profile.completion_timeout_ms / 1000.0
-        chat_target = rt.idle.target
+        chat_target = self._idle.target
+        residency = self._residency
 
         def job(s: Session, j: Job) -> ModelRun:
             # Tokenized here, on the engine thread: the context thread may be busy
@@ -273,21 +258,22 @@ class CompletionService:
             prompt = build_prompt(s, context, rel, win, mode)
             # The live sequence is this completion's from here on (even if it is cancelled
             # half-way), parked only when another kind of job takes it over.
-            rt.residency.claim(s, COMPLETION_BRANCH, chat_target)
+            residency.claim(s, COMPLETION_BRANCH, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
             raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
             return ModelRun(prompt, stats, raw, n)
 
         # While the user types, completions keep the live sequence; the chat prefix (parked)
         # is brought back once they pause.
-        rt.idle.hold(STICKY_CONTEXT_S)
+        self._idle.hold(STICKY_CONTEXT_S)
         if priority == Priority.USER:
-            return await rt.run_user_job(job, JOB_LABEL)
-        submitted = rt.worker.submit(job, priority=priority, label=JOB_LABEL)
+            return await self._engine.run_user_job(job, JOB_LABEL)
+        worker = self._engine.worker
+        submitted = worker.submit(job, priority=priority, label=JOB_LABEL)
         try:
             result: ModelRun = await asyncio.wrap_future(submitted.future)
         except asyncio.CancelledError:
-            rt.worker.cancel(submitted)
+            worker.cancel(submitted)
             raise
         return result
 
@@ -324,21 +310,21 @@ class CompletionService:
         above) and park it as the ``completion`` branch, then give the live sequence back to
         the chat prefix. The first completion there then prefills only the line being typed.
         None when there is nothing to do (no completion client, no cursor, done already)."""
-        rt = self._rt
-        session = rt.worker.session
-        if not self.wanted or rt.last_cursor is None or session is None \
+        editor = self._editor
+        session = self._engine.worker.session
+        if not self.wanted or editor.last_cursor is None or session is None \
                 or not session.capabilities.get("branches", False):
             return None
-        path, line = rt.last_cursor
-        text = rt.buffer_text(path)
+        path, line = editor.last_cursor
+        text = editor.buffer_text(path)
         if text is None:
             return None
-        rel = rt.relative(path)
-        context = repo_context(rt.idle.assembly, rt.repo_name())
+        rel = editor.relative(path)
+        context = repo_context(self._idle.assembly, editor.repo_name())
         win = cursor_window(text, line, 0)
         mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
         key = hash((rel, win.before, context, mode))
-        chat_target = rt.idle.target
+        chat_target = self._idle.target
         if key == self._warmed or not chat_target:
             return None
 

@@ -4,7 +4,10 @@ Created on ``initialized`` by the lifecycle handler. Every model call runs on th
 worker thread, every index access and assembly on the context thread; this object only
 orchestrates from the event loop. Its collaborators come in from outside (options, the
 workspace folders, the editor state, a notifier), so it never holds the server and can be
-built and tested in process.
+built and tested in process. It builds the parts and wires them once, through their
+constructors: the feature services get the engine (``EngineAccess``), the editor view, the
+idle prefill and the residency, never the runtime; the worker's before-job hook and the idle
+prefill's after-warm step are the residency's.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,16 +25,17 @@ from lsprotocol import types
 
 from contenox_lsp.code_segment import CodeBudget, SteadyRate
 from contenox_lsp.completion.window import At, CursorWindow
-from contenox_lsp.errors import RequestCancelled, ServerError, from_exception
+from contenox_lsp.errors import ServerError
 from contenox_lsp.next_edit.layout import Layout
 from contenox_lsp.options import ServerOptions
-from contenox_lsp.paths import relative_to_roots
 from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.runtime.auto_snapshots import AutoSnapshots
 from contenox_lsp.runtime.completion import COMPLETION_BRANCH, CompletionService
 from contenox_lsp.runtime.completion import JOB_LABEL as COMPLETION_LABEL
 from contenox_lsp.runtime.context import ContextService
 from contenox_lsp.runtime.conversations import Conversations, prompt_outputs
+from contenox_lsp.runtime.editor_view import EditorView
+from contenox_lsp.runtime.engine_access import EngineAccess, structured_errors
 from contenox_lsp.runtime.idle_prefill import IdlePrefill
 from contenox_lsp.runtime.jobs import chunked_prefill, decode
 from contenox_lsp.runtime.next_edit import BRANCH as NEXT_EDIT_BRANCH
@@ -42,7 +46,7 @@ from contenox_lsp.runtime.rate_memory import load_rate, rate_key, store_rate
 from contenox_lsp.runtime.residency import Residency
 from contenox_lsp.runtime.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.runtime.snapshots import handle as snapshot_action
-from contenox_lsp.runtime.worker import EngineWorker, Job, JobCancelled, Priority, WorkerStopped
+from contenox_lsp.runtime.worker import EngineWorker, Job, Priority
 from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
 from contenox_lsp.views import TurnMetrics
 from contextasm import Assembly, get_format
@@ -65,20 +69,6 @@ class InlineOffer:
     text: str
     id: int
     next_edit: bool
-
-
-@contextmanager
-def structured_errors() -> Iterator[None]:
-    """Engine and assembly errors (anything with a stable ``code``) become ServerErrors."""
-    try:
-        yield
-    except ServerError:
-        raise
-    except Exception as exc:
-        mapped = from_exception(exc)
-        if mapped is not None:
-            raise mapped from exc
-        raise
 
 
 def open_engine(options: ServerOptions, roots: Callable[[], list[Path]] = list,
@@ -117,7 +107,14 @@ class Runtime:
         self._editor_state = editor_state
         self._notifier = notifier
         self.loop = asyncio.get_running_loop()
-        self.worker = EngineWorker(opener or open_engine(options, roots))
+        # What stays resident beside the chat prefix: registered in warm-up order; it parks
+        # the live prefix before a job of another kind (the worker's hook) and runs the
+        # warm-ups once the idle prefix is resident (idle prefill's).
+        self.residency = Residency()
+        self.worker = EngineWorker(opener or open_engine(options, roots),
+                                   before_job=self.residency.before_job)
+        self.engine = EngineAccess(self.worker)
+        self.editor = EditorView(roots, editor_state)
         self.context = ContextService(roots(), options.repo_map_tokens,
                                       CodeBudget(options.code_tokens))
         self._question_rate = SteadyRate()  # the prefill rate that bounds the question's code
@@ -127,21 +124,15 @@ class Runtime:
             enabled=options.auto_snapshots)
         self.idle = IdlePrefill(self.worker, self.assemble_idle, notifier,
                                 debounce_ms=options.debounce_ms,
-                                enabled=options.prefill_on_idle, snapshots=self.snapshots)
-        # What stays resident beside the chat prefix: registered in warm-up order.
-        self.residency = Residency()
-        self.completion = CompletionService(self)
-        self.next_edit = NextEditService(self)
+                                enabled=options.prefill_on_idle, snapshots=self.snapshots,
+                                after_warm=self.residency.after_warm)
+        self.completion = CompletionService(self.engine, self.editor, self.idle,
+                                            self.residency)
+        self.next_edit = NextEditService(self.engine, self.editor, self.idle, self.residency)
         self.residency.register(COMPLETION_BRANCH, COMPLETION_LABEL, self.completion.warm_up)
         self.residency.register(NEXT_EDIT_BRANCH, NEXT_EDIT_LABEL, self.next_edit.warm_up)
-        self.idle.after_warm = self.residency.after_warm
-        self.worker.before_job = self.residency.before_job
         self.conversations = Conversations()
         self.last_metrics: dict[str, Any] | None = None
-        self.last_cursor: tuple[Path, int] | None = None
-        """Where the editor last told us the cursor is (file, 0-based line): after the last
-        incremental edit, or the last ask's position. The idle prefill warms the cursor
-        context there, so an ask at that line prefills only its question."""
         self.start_task: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
@@ -193,7 +184,7 @@ class Runtime:
         """An open buffer was opened or edited (``edits``: the incremental changes)."""
         if edits:
             last = edits[-1]
-            self.last_cursor = (path, int(last["range"]["start"]["line"])
+            self.editor.last_cursor = (path, int(last["range"]["start"]["line"])
                                 + str(last["text"]).count("\n"))
         self.context.update(path, text, edits, encoding)
         self.idle.note_change()
@@ -206,21 +197,21 @@ class Runtime:
     def cursor_at(self, path: Path, line: int) -> None:
         """An ask named the cursor: the idle prefill warms the context there next (a second
         question at the same place then prefills only itself)."""
-        if self.last_cursor != (path, line):
-            self.last_cursor = (path, line)
+        if self.editor.last_cursor != (path, line):
+            self.editor.last_cursor = (path, line)
             self.idle.note_change()
 
     def buffer_text(self, path: Path) -> str | None:
         """The open buffer's text (None: not open)."""
-        return self._editor_state().open_buffers.get(path)
+        return self.editor.buffer_text(path)
 
     def relative(self, path: Path) -> str:
-        return relative_to_roots(path, self.roots())
+        return self.editor.relative(path)
 
-    def repo_name(self) -> str:
-        """The first workspace folder's name (a FIM model's repository layout names it)."""
-        roots = self.roots()
-        return roots[0].name if roots else ""
+    @property
+    def last_cursor(self) -> tuple[Path, int] | None:
+        """Where the editor last told us the cursor is (``EditorView.last_cursor``)."""
+        return self.editor.last_cursor
 
     def inputs_changed(self) -> None:
         """Something outside the index changed (a save, a pin): re-assemble after the quiet."""
@@ -319,14 +310,7 @@ class Runtime:
     # -- session -------------------------------------------------------------------------------
 
     async def session(self) -> Session:
-        try:
-            # shield: a cancelled request must not cancel the shared "model loaded" future.
-            with structured_errors():
-                return await asyncio.shield(asyncio.wrap_future(self.worker.ready))
-        except ServerError:
-            raise
-        except Exception as exc:
-            raise ServerError("engine_unavailable", f"model session unavailable: {exc}") from exc
+        return await self.engine.session()
 
     def resident_tokens(self) -> list[int]:
         session = self.worker.session
@@ -459,8 +443,8 @@ class Runtime:
         convs = self.conversations
         outputs = prompt_outputs(convs.turns(convs.active))
         state = self._editor_state()
-        if self.last_cursor is not None:
-            path, line = self.last_cursor
+        if self.editor.last_cursor is not None:
+            path, line = self.editor.last_cursor
             text = state.open_buffers.get(path)
             if text is not None:
                 return await self.assemble(
@@ -471,26 +455,9 @@ class Runtime:
     # -- engine jobs -----------------------------------------------------------------------------
 
     async def run_user_job(self, fn: Callable[[Session, Job], T], label: str) -> T:
-        """Run ``fn(session, job)`` on the engine thread at user priority and await it.
-
-        Cancelling the awaiting task cancels the job (within one batch/token) and surfaces as
-        RequestCancelled; engine and assembly errors become structured ServerErrors.
-        """
-        job = self.worker.submit(fn, priority=Priority.USER, label=label)
-        future: asyncio.Future[T] = asyncio.wrap_future(job.future)
-        try:
-            with structured_errors():
-                return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            self.worker.cancel(job)
-            # Nobody awaits the job now: take its JobCancelled, or asyncio logs "Future
-            # exception was never retrieved".
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())
-            raise
-        except JobCancelled as exc:
-            raise RequestCancelled(str(exc)) from exc
-        except WorkerStopped as exc:
-            raise ServerError("engine_unavailable", str(exc)) from exc
+        """Run ``fn(session, job)`` on the engine thread at user priority and await it
+        (``EngineAccess.run_user_job``)."""
+        return await self.engine.run_user_job(fn, label)
 
     async def run_prompt(
         self,

@@ -28,11 +28,15 @@ from contenox_lsp.next_edit.edit import (
     rewritten_region,
 )
 from contenox_lsp.next_edit.history import EditHistory
-from contenox_lsp.runtime.completion import CompletionHost, repo_context
+from contenox_lsp.runtime.completion import JOB_LABEL as COMPLETION_LABEL
+from contenox_lsp.runtime.completion import repo_context
+from contenox_lsp.runtime.editor_view import EditorView
+from contenox_lsp.runtime.engine_access import EngineAccess
+from contenox_lsp.runtime.idle_prefill import IdlePrefill
 from contenox_lsp.runtime.jobs import chunked_prefill
 from contenox_lsp.runtime.latest import LatestOnly
-from contenox_lsp.runtime.residency import warm_branch
-from contenox_lsp.runtime.worker import Job, Priority
+from contenox_lsp.runtime.residency import Residency, warm_branch
+from contenox_lsp.runtime.worker import Job
 from contextasm.tokens import default_token_cache
 from engine import Session
 from engine.lookup import REWRITE_DRAFT_TOKENS
@@ -89,8 +93,12 @@ class _Window:
 
 
 class NextEditService:
-    def __init__(self, rt: CompletionHost) -> None:
-        self._rt = rt
+    def __init__(self, engine: EngineAccess, editor: EditorView, idle: IdlePrefill,
+                 residency: Residency) -> None:
+        self._engine = engine
+        self._editor = editor
+        self._idle = idle
+        self._residency = residency
         self.history = EditHistory()
         self.stats = NextEditStats()
         self._ids = itertools.count(1)
@@ -121,7 +129,7 @@ class NextEditService:
             lines = text.split("\n")
             start = max(0, line - WINDOW_LINES)
             end = min(len(lines), line + WINDOW_LINES + 1)
-            files = repo_context(self._rt.idle.assembly, self._rt.repo_name()).files
+            files = repo_context(self._idle.assembly, self._editor.repo_name()).files
             win = _Window("\n".join(lines[start:end]), start, end, self.history.dropped, files)
             self._windows[path] = win
         return win
@@ -149,15 +157,12 @@ class NextEditService:
         """The next edit for the document ``rel`` (its current ``text``) with the cursor at
         ``line``/``column`` (str indices); None when there is nothing worth showing."""
         t0 = time.perf_counter()
-        rt = self._rt
         self.stats.requests += 1
         self.wanted = True
-        busy = rt.worker.busy_with
-        if busy is not None and busy.priority == Priority.USER and busy.label not in (
-                JOB_LABEL, "completion"):
+        if self._engine.busy_with_user(JOB_LABEL, COMPLETION_LABEL):
             self.stats.skippedBusy += 1
             return None  # never wait behind an ask
-        session = await rt.session()
+        session = await self._engine.session()
         if not session.profile.get("next_edit.enabled"):
             return None
         fmt, source = self.format_for(session)
@@ -170,7 +175,8 @@ class NextEditService:
         following = following_lines(text.split("\n"), end)  # the document after the region
         max_tokens = int(session.profile.get("next_edit.max_tokens"))
         deadline = t0 + int(session.profile.get("next_edit.timeout_ms")) / 1000.0
-        chat_target = rt.idle.target
+        chat_target = self._idle.target
+        residency = self._residency
 
         def job(s: Session, j: Job) -> tuple[str, int, bool, int, int, int]:
             st = self.stats
@@ -178,7 +184,7 @@ class NextEditService:
             tokens = head + _tokens(s, prompt.region)
             st.lastRegionTokens = len(tokens) - len(head)
             region_tokens = len(s.tokenize("\n".join(region.lines), special=False))
-            rt.residency.claim(s, BRANCH, chat_target)
+            residency.claim(s, BRANCH, chat_target)
             stats = chunked_prefill(s, tokens, j, lambda _pos: None)
             raw, n, cut_short = _decode(s, min(max_tokens, region_tokens + MAX_EXTRA_TOKENS),
                                         prompt, region.lines, following, deadline)
@@ -188,7 +194,7 @@ class NextEditService:
                 st.lookupAccepted += lookup.accepted
             return raw, n, cut_short, stats.new_tokens, stats.reused_tokens, len(tokens)
 
-        raw, n, cut_short, new, reused, total = await rt.run_user_job(job, JOB_LABEL)
+        raw, n, cut_short, new, reused, total = await self._engine.run_user_job(job, JOB_LABEL)
         st = self.stats
         st.lastLatencyMs = round((time.perf_counter() - t0) * 1000.0, 3)
         st.lastDecodeTokens, st.lastNewTokens, st.lastReusedTokens = n, new, reused
@@ -243,18 +249,18 @@ class NextEditService:
         park it as the ``next_edit`` branch, then give the live sequence back to the chat
         prefix. The next request then prefills only the region. None when there is nothing
         to do (no next-edit client, no cursor, done already)."""
-        rt = self._rt
-        session = rt.worker.session
-        if not self.wanted or rt.last_cursor is None or session is None \
+        editor = self._editor
+        session = self._engine.worker.session
+        if not self.wanted or editor.last_cursor is None or session is None \
                 or not session.capabilities.get("branches", False) \
                 or not session.profile.get("next_edit.enabled"):
             return None
-        path, line = rt.last_cursor
-        text = rt.buffer_text(path)
-        chat_target = rt.idle.target
+        path, line = editor.last_cursor
+        text = editor.buffer_text(path)
+        chat_target = self._idle.target
         if text is None or not chat_target:
             return None
-        rel = rt.relative(path)
+        rel = editor.relative(path)
         fmt, _ = self.format_for(session)
         line = min(line, text.count("\n"))
         win = self._window(rel, text, line)

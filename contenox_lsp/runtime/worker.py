@@ -61,7 +61,8 @@ class Job:
 
 
 class EngineWorker:
-    def __init__(self, opener: Callable[[], AbstractContextManager[Session]]) -> None:
+    def __init__(self, opener: Callable[[], AbstractContextManager[Session]], *,
+                 before_job: Callable[[Session, Job], None] | None = None) -> None:
         self._opener = opener
         self._cv = threading.Condition()
         self._queue: list[tuple[int, int, Job]] = []
@@ -72,9 +73,9 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name="contenox-engine", daemon=True)
         self.ready: concurrent.futures.Future[Session] = concurrent.futures.Future()
         """Resolves to the session once the model is loaded (or to the load error)."""
-        self.before_job: Callable[[Session, Job], None] | None = None
-        """Called on the engine thread before each job runs (the completion service parks
-        its live sequence there before another job takes it over)."""
+        self._before_job = before_job
+        """Called on the engine thread before each job runs (``Residency.before_job`` parks
+        the live prefix there before a job of another kind takes it over)."""
 
     # -- public API (any thread) -------------------------------------------------------------
 
@@ -207,7 +208,7 @@ class EngineWorker:
         """Run ``job``; returns how to settle its future (None: already settled)."""
         if job.future.done():
             return None
-        hook = self.before_job
+        hook = self._before_job
         if hook is not None:
             try:
                 hook(session, job)
