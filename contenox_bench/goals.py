@@ -115,6 +115,8 @@ def _schedule(sec: dict[str, Any]) -> dict[str, Any]:
 
 def _restart(sec: dict[str, Any]) -> dict[str, Any]:
     text = "first ask after a restart: TTFT ≤ 2 × a warm ask's, at every stable-prefix size"
+    if is_not_applicable(sec):
+        return not_evaluated("restart_ttft", text, str(sec["status"]))
     if sec.get("status") != "ok":
         return _not_measured("restart_ttft", text, sec)
     rows = sec["rows"]

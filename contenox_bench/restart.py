@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contenox_bench import applicable
 from contenox_bench.config import BenchConfig
 from contenox_bench.lspclient import EditorClient
 from contenox_bench.progress import Progress
@@ -55,40 +56,55 @@ def run(cfg: BenchConfig, profile: Any, profile_file: Path, out_dir: Path, tmp: 
         progress: Progress) -> dict[str, Any]:
     if profile.backend != "llama":
         return {"status": f"not applicable: the {profile.backend} backend has no snapshots"}
+    with open(out_dir / "restart-server.log", "w", encoding="utf-8") as err:
+        try:
+            return _run(cfg, profile_file, tmp, progress, err)
+        except SnapshotsRefused as exc:
+            return {"status": applicable.not_applicable(
+                f"the server refuses snapshots of the stable prefix on this CPU ({exc}), so a "
+                "restart cannot restore it")}
+
+
+class SnapshotsRefused(Exception):
+    """The server refuses snapshots of the stable prefix (``exactReuse.snapshotsPastWindow``:
+    this CPU restores a sliding window inexactly)."""
+
+
+def _run(cfg: BenchConfig, profile_file: Path, tmp: Path, progress: Progress,
+         err: Any) -> dict[str, Any]:
     rc = cfg.restart
     rows = []
     follow_up: dict[str, Any] | None = None
-    with open(out_dir / "restart-server.log", "w", encoding="utf-8") as err:
-        for size in rc.sizes:
-            root = copy_stdlib_part(tmp / f"restart-{size}")
-            base = {"profile": str(profile_file), "debounceMs": 300, "logLevel": "warning",
-                    "maxTokens": rc.max_tokens}
-            cache = tmp / f"restart-{size}-cache"
-            progress.note(f"restart {size}: warming a server")
-            warm = asyncio.run(_warm(root, base, cache, size, rc.timeout_s, err))
-            progress.step(f"restart {size}: warm ask")
-            progress.note(f"restart {size}: restarting it")
-            again = asyncio.run(_first_ask(root, base, cache, warm["pins"], rc.timeout_s, err,
-                                           follow=follow_up is None))
-            follow_up = follow_up or again.pop("follow_up", None)
-            progress.step(f"restart {size}: first ask after the restart")
-            progress.note(f"restart {size}: a cold start")
-            cold_cache = tmp / f"restart-{size}-cold-cache"
-            cold = asyncio.run(_first_ask(root, base | {"autoSnapshots": False}, cold_cache,
-                                          warm["pins"], rc.timeout_s, err, follow=False))
-            progress.step(f"restart {size}: cold start")
-            shutil.rmtree(cold_cache, ignore_errors=True)
-            rows.append({
-                "target_stable_tokens": size,
-                "stable_tokens": warm["stable_tokens"],
-                "prompt_tokens": warm["prompt_tokens"],
-                "warm": warm["ask"],
-                "restart": again["ask"],
-                "cold_start": cold["ask"],
-                "restored_tokens": again["restored_tokens"],
-                "restart_over_warm": ratio(again["ask"]["ttft_ms"], warm["ask"]["ttft_ms"]),
-                "cold_over_restart": ratio(cold["ask"]["ttft_ms"], again["ask"]["ttft_ms"]),
-            })
+    for size in rc.sizes:
+        root = copy_stdlib_part(tmp / f"restart-{size}")
+        base = {"profile": str(profile_file), "debounceMs": 300, "logLevel": "warning",
+                "maxTokens": rc.max_tokens}
+        cache = tmp / f"restart-{size}-cache"
+        progress.note(f"restart {size}: warming a server")
+        warm = asyncio.run(_warm(root, base, cache, size, rc.timeout_s, err))
+        progress.step(f"restart {size}: warm ask")
+        progress.note(f"restart {size}: restarting it")
+        again = asyncio.run(_first_ask(root, base, cache, warm["pins"], rc.timeout_s, err,
+                                       follow=follow_up is None))
+        follow_up = follow_up or again.pop("follow_up", None)
+        progress.step(f"restart {size}: first ask after the restart")
+        progress.note(f"restart {size}: a cold start")
+        cold_cache = tmp / f"restart-{size}-cold-cache"
+        cold = asyncio.run(_first_ask(root, base | {"autoSnapshots": False}, cold_cache,
+                                      warm["pins"], rc.timeout_s, err, follow=False))
+        progress.step(f"restart {size}: cold start")
+        shutil.rmtree(cold_cache, ignore_errors=True)
+        rows.append({
+            "target_stable_tokens": size,
+            "stable_tokens": warm["stable_tokens"],
+            "prompt_tokens": warm["prompt_tokens"],
+            "warm": warm["ask"],
+            "restart": again["ask"],
+            "cold_start": cold["ask"],
+            "restored_tokens": again["restored_tokens"],
+            "restart_over_warm": ratio(again["ask"]["ttft_ms"], warm["ask"]["ttft_ms"]),
+            "cold_over_restart": ratio(cold["ask"]["ttft_ms"], again["ask"]["ttft_ms"]),
+        })
     progress.step("restart: follow-up")
     return {"status": "ok", "rows": rows, "follow_up": follow_up,
             "ttft_definition": "client-side, from sending contenox/ask to the first streamed "
@@ -203,5 +219,8 @@ async def _wait_saved(client: EditorClient, stable: int, timeout: float) -> None
         saved = (status.get("snapshots") or {}).get("lastSaved") or {}
         if saved.get("tokens") == stable:
             return
+        window = (status.get("exactReuse") or {}).get("snapshotsPastWindow") or ""
+        if window.startswith("refused"):
+            raise SnapshotsRefused(window)
         await asyncio.sleep(0.25)
     raise TimeoutError("the server saved no snapshot of the stable prefix")

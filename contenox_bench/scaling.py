@@ -15,6 +15,7 @@ from contenox_bench.config import BenchConfig
 from contenox_bench.corpus import Corpus, cold_reset
 from contenox_bench.progress import Progress
 from contenox_bench.stats import median, ratio, summary
+from engine.errors import UnsupportedCapabilityError
 
 
 def planned_units(cfg: BenchConfig) -> int:
@@ -48,9 +49,13 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         # Memory with the stable context plus one question resident.
         kv_bytes: int | None = None
         kv_tokens = 0
+        kv_status = no_snapshots or "ok"
         if no_snapshots is None:
-            saved = session.save_snapshot(tmp / "scaling.snap")
-            kv_bytes, kv_tokens = saved.bytes, saved.tokens
+            try:
+                saved = session.save_snapshot(tmp / "scaling.snap")
+                kv_bytes, kv_tokens = saved.bytes, saved.tokens
+            except UnsupportedCapabilityError as exc:  # past the sliding window, on this CPU
+                kv_status = applicable.not_applicable(str(exc))
         engine_cache = _engine_cache(session)
         rss = rss_bytes()
         progress.step(f"scaling {size}: memory")
@@ -62,7 +67,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
             reused.append(r.reused_tokens)
             progress.step(f"scaling {size}: warm {rep + 1}/{cfg.reps}")
         w, c = summary(warm, "ms"), summary(cold, "ms")
-        prev_kv = rows[-1]["kv_state_bytes"] if rows else None
+        prev_kv = rows[-1]["kv_state_bytes"] if rows else None  # None: not measured there
         prev_size = rows[-1]["stable_tokens"] if rows else size
         rows.append({
             "stable_tokens": size,
@@ -71,7 +76,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
             "cold_ttft_ms": c,
             "warm_over_cold": ratio(median(w), median(c)),
             "reused_tokens": reused,
-            "kv_state_status": no_snapshots or "ok",
+            "kv_state_status": kv_status,
             "kv_state_bytes": kv_bytes,
             "kv_bytes_per_token": kv_bytes / kv_tokens if kv_bytes and kv_tokens else None,
             # Growth per extra token since the previous size (the fixed part cancels out).
@@ -87,7 +92,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "reps_warm": cfg.reps,
         "reps_cold": cfg.cold_reps,
         "skipped_sizes": skipped,
-        "kv_state_status": no_snapshots or "ok",
+        "kv_state_status": next((r["kv_state_status"] for r in rows
+                                 if r["kv_state_status"] != "ok"), no_snapshots or "ok"),
         "note": _note(no_snapshots),
         "rows": rows,
     }

@@ -65,8 +65,11 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
             "plots"} <= set(r)
     assert set(r["sections"]) == set(SECTIONS)
     for name in SECTIONS:
+        status = r["sections"][name]["status"]
+        if name == "restart" and _refused_past_window(status):
+            continue  # this CPU restores a sliding window inexactly: its own check below
         if name not in ("backends", "remote", "fleet"):  # those: their own checks below
-            assert r["sections"][name]["status"] == "ok", (name, r["sections"][name]["status"])
+            assert status == "ok", (name, status)
 
     rt = r["sections"]["runtime"]
     names = {row["name"] for row in rt["rows"]}
@@ -103,7 +106,9 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
 
     sc = r["sections"]["scaling"]
     assert [row["stable_tokens"] for row in sc["rows"]] == list(r["config"]["scaling_sizes"])
-    assert all(row["kv_state_bytes"] > 0 for row in sc["rows"])
+    for row in sc["rows"]:  # measured with a snapshot, unless this CPU refuses one that long
+        assert row["kv_state_bytes"] > 0 if row["kv_state_status"] == "ok" else \
+            (row["kv_state_bytes"] is None and _refused_past_window(row["kv_state_status"]))
 
     assert {g["id"] for g in r["goals"]} == GOALS
     # Every goal is judged; the llama-server one only where the server could be built.
@@ -112,7 +117,8 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     assert r["sections"]["fleet"]["status"].startswith("skipped: default mode only")
     assert unjudged <= ({"engine_vs_llama_server"}
                         if r["sections"]["remote"]["status"].startswith("skipped") else set()
-                        ) | {"fleet_affinity", "fleet_failover"}
+                        ) | {"fleet_affinity", "fleet_failover"} | (
+        {"restart_ttft"} if _refused_past_window(r["sections"]["restart"]["status"]) else set())
 
     assert set(r["plots"]) == {"curve", "trace", "scaling"}
     for name in r["plots"].values():
@@ -182,6 +188,10 @@ def test_quick_report_restart_section(quick_report: tuple[Path, dict[str, Any], 
     nothing; a follow-up reuses the earlier turn (structure and token counts, never timings)."""
     _, r, _ = quick_report
     sec = r["sections"]["restart"]
+    ids = {g["id"]: g for g in r["goals"]}
+    if _refused_past_window(sec["status"]):  # this CPU: no snapshot of the stable prefix
+        assert ids["restart_ttft"]["status"] == "not evaluated"
+        return
     assert sec["status"] == "ok", sec["status"]
     (row,) = sec["rows"]
     assert row["stable_tokens"] >= row["target_stable_tokens"]
@@ -191,7 +201,6 @@ def test_quick_report_restart_section(quick_report: tuple[Path, dict[str, Any], 
     assert row["warm"]["reused_tokens"] >= row["stable_tokens"]
     fu = sec["follow_up"]
     assert fu["follow_up"]["reused_tokens"] > fu["new_conversation"]["reused_tokens"]
-    ids = {g["id"]: g for g in r["goals"]}
     assert ids["restart_ttft"]["status"] in ("met", "not met")
 
 
@@ -330,3 +339,10 @@ def test_quick_report_remote_section(quick_report: tuple[Path, dict[str, Any], s
     assert warm["remote_reused_tokens"] and all(
         prefix <= n <= prefix + 1 for n in warm["remote_reused_tokens"])
     assert sec["remote_overhead_ms"]["median"] is not None
+
+
+def _refused_past_window(status: str) -> bool:
+    """A status saying the server refuses a snapshot longer than the sliding window, which
+    it does only on a CPU that restores one inexactly (engine/llama/snapshots.py)."""
+    return status.startswith("not applicable: ") and (
+        "sliding window" in status or "not exact on this CPU" in status)
