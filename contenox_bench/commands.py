@@ -1,8 +1,8 @@
-"""The ``contenox-lsp`` commands this package provides: ``bench``, ``eval context`` and
-``eval next-edit``. The CLI finds them through the ``contenox_lsp.commands`` entry points
-(pyproject.toml), so the server package never imports the benchmark
-(tests/test_architecture.py). Each takes the parsed arguments and the CLI's profile loader
-and returns the exit status; bad input raises the CLI's ``InputError``."""
+"""The ``contenox-lsp`` commands this package provides: ``bench``, ``eval context``,
+``eval next-edit`` and ``eval completion``. The CLI finds them through the
+``contenox_lsp.commands`` entry points (pyproject.toml), so the server package never imports
+the benchmark (tests/test_architecture.py). Each takes the parsed arguments and the CLI's
+profile loader and returns the exit status; bad input raises the CLI's ``InputError``."""
 
 from __future__ import annotations
 
@@ -74,4 +74,60 @@ def eval_next_edit(args: argparse.Namespace, load_profile: ProfileLoader) -> int
     doc = run(tasks, Path(args.out), options, args.settle)
     sys.stdout.write(format_table(doc))
     print(f"wrote {Path(args.out) / 'next-edit-eval.json'}", file=sys.stderr)
+    return 0
+
+
+def eval_completion(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
+    """``contenox-lsp eval completion``."""
+    import json
+
+    from contenox_bench.completion_eval import format_table, run
+    from contenox_bench.completion_tasks import CompletionTask, build_tasks
+    from engine import open_session
+
+    try:
+        import rapidfuzz  # noqa: F401  (the edit similarity)
+    except ImportError as e:
+        raise InputError("eval completion needs rapidfuzz: pip install -e '.[bench]'") from e
+    if not 1 <= args.n <= 10_000:
+        raise InputError("--n must be between 1 and 10000", n=args.n)
+    out = Path(args.out)
+    if args.tasks is not None:
+        tasks_file = Path(args.tasks)
+        try:
+            doc = json.loads(tasks_file.read_text(encoding="utf-8"))
+            root = Path(doc["root"])
+            tasks = [CompletionTask(**t) for t in doc["tasks"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InputError(f"cannot read completion tasks from {tasks_file}: {e}",
+                             tasks=str(tasks_file)) from e
+    else:
+        root = Path(args.repo or ".").resolve()
+        if not root.is_dir():
+            raise InputError(f"no such repository folder: {root}", repo=str(root))
+        tasks = build_tasks(root, args.n, seed=args.seed)
+    if not root.is_dir():
+        raise InputError(f"no such repository folder: {root}", repo=str(root))
+    for task in tasks:
+        path = root / task.path
+        if not path.resolve().is_relative_to(root.resolve()) or not path.is_file():
+            raise InputError(f"task {task.id}: no such file in {root}: {task.path}",
+                             task=task.id)
+    if not tasks:
+        raise InputError(f"no completion tasks in {root}: no line there uses a definition "
+                         "imported from another file of it", repo=str(root))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "completion-tasks.json").write_text(json.dumps(
+        {"root": str(root), "tasks": [t.to_dict() for t in tasks]}, indent=1) + "\n", "utf-8")
+    profile = load_profile(args)
+    options: dict[str, Any] = {"logLevel": "warning"}
+    if getattr(args, "profile", None):
+        options["profile"] = str(Path(args.profile).resolve())
+    model = getattr(args, "model", None)
+    if model:
+        options["model"] = model if model.startswith("embedded:") else str(Path(model).resolve())
+    with open_session(profile) as session:
+        result = run(root, tasks, out, options, session)
+    sys.stdout.write(format_table(result))
+    print(f"wrote {out / 'completion-eval.json'}", file=sys.stderr)
     return 0

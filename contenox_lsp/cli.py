@@ -160,6 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest wait for an edit to settle before each request (default 30)")
     ne.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
 
+    cc = ev_sub.add_parser(
+        "completion", help="CrossCodeEval-style tasks from a repository through the server's "
+                           "inline completion, beside the window-only prompt")
+    _add_common(cc)
+    source = cc.add_mutually_exclusive_group()
+    source.add_argument("--repo", metavar="DIR", default=None,
+                        help="build the tasks from this repository (default: the current "
+                             "folder)")
+    source.add_argument("--tasks", metavar="FILE", default=None,
+                        help="run the tasks of an earlier run's completion-tasks.json")
+    cc.add_argument("--n", type=int, default=30, metavar="N",
+                    help="tasks to build (default 30)")
+    cc.add_argument("--seed", type=int, default=0, help="task sampling seed (default 0)")
+    cc.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
+
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     _add_common(serve)
     add_server_arguments(serve)
@@ -327,6 +342,10 @@ def cmd_eval_next_edit(args: argparse.Namespace) -> int:
     return _bench_command("eval-next-edit")(args, _load_profile)
 
 
+def cmd_eval_completion(args: argparse.Namespace) -> int:
+    return _bench_command("eval-completion")(args, _load_profile)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     return _bench_command("bench")(args, _load_profile)
 
@@ -418,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "eval":
             if args.eval_command == "next-edit":
                 return cmd_eval_next_edit(args)
+            if args.eval_command == "completion":
+                return cmd_eval_completion(args)
             return cmd_eval_context(args)
     except (EngineError, InputError) as exc:
         _print_error(exc, getattr(args, "json", False))

@@ -16,12 +16,13 @@ import pytest
 PACKAGES = ("contenox_lsp", "contenox_bench", "contextasm", "engine", "repo_index")
 
 #: What the benchmark may import from the server: the protocol tweaks its LSP client needs,
-#: the completion prompt layout (its typing trace rebuilds the server's prompts), the turn
+#: the completion prompt layout and post-processing (its typing trace rebuilds the server's
+#: prompts; the completion eval's window-only baseline answers as the server does), the turn
 #: pipeline with its code-segment budget (the context eval scores the prompts it builds), and
 #: the CLI's input error (its commands run under ``contenox-lsp``).
 SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completion.prompt",
-                 "contenox_lsp.completion.window", "contenox_lsp.turn",
-                 "contenox_lsp.code_segment", "contenox_lsp.errors"}
+                 "contenox_lsp.completion.window", "contenox_lsp.completion.postprocess",
+                 "contenox_lsp.turn", "contenox_lsp.code_segment", "contenox_lsp.errors"}
 
 
 #: Modules of contextasm that may touch the filesystem: the snapshot store keeps its own cache
@@ -214,7 +215,7 @@ def test_the_cli_reaches_the_bench_only_through_its_entry_points() -> None:
     root = Path(__file__).resolve().parents[1]
     declared = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     group = declared["project"]["entry-points"]["contenox_lsp.commands"]
-    assert set(group) == {"bench", "eval-context", "eval-next-edit"}
+    assert set(group) == {"bench", "eval-context", "eval-next-edit", "eval-completion"}
     assert all(target.startswith("contenox_bench.") for target in group.values())
     cli = ast.parse((root / "contenox_lsp" / "cli.py").read_text(encoding="utf-8"))
     named = {node.module for node in ast.walk(cli) if isinstance(node, ast.ImportFrom)}

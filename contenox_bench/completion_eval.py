@@ -1,0 +1,164 @@
+"""``contenox-lsp eval completion``: CrossCodeEval-style tasks (``completion_tasks``) answered
+by the real server and, on the same model in process, by the window-only prompt.
+
+For each task the file is open in the server as the developer has it while typing the line:
+the line ends at the cursor (the rest of the file is there). Once the server has settled on
+that text, one ``textDocument/inlineCompletion`` at the cursor; its first line is the answer.
+The window-only baseline builds the server's own completion prompt with no repository context
+(the cursor window alone), decodes it greedily as the server does and post-processes it the
+same way. Scores, on the first line with blanks trimmed: exact match, edit similarity
+(``rapidfuzz.fuzz.ratio``, CrossCodeEval's), identifier match (the answer starts with the
+imported identifier the line uses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from contenox_bench.completion_tasks import CompletionTask
+from contenox_bench.lspclient import EditorClient
+from contenox_bench.trace import wait_ready
+from contenox_lsp.completion.postprocess import finish
+from contenox_lsp.completion.prompt import build_prompt, choose_mode, heal
+from contenox_lsp.completion.window import cursor_window
+
+SYSTEMS = ("server", "window")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def typed_text(text: str, task: CompletionTask) -> str:
+    """The file as it is while the line is being typed: the line ends at the cursor."""
+    lines = text.split("\n")
+    lines[task.line] = lines[task.line][: task.character]
+    return "\n".join(lines)
+
+
+def first_line(answer: str | None) -> str:
+    return "" if answer is None else answer.split("\n", 1)[0].strip()
+
+
+def score(answer: str | None, task: CompletionTask) -> dict[str, Any]:
+    from rapidfuzz import fuzz
+
+    got, want = first_line(answer), task.expected.strip()
+    ident = _IDENT.match(got)
+    return {"answer": got, "exact": got == want, "edit_similarity": round(fuzz.ratio(got, want), 2),
+            "identifier": ident is not None and ident.group(0) == task.identifier}
+
+
+async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[str, Any],
+                         err: IO[str]) -> list[str | None]:
+    """The server's first completion at each task's cursor."""
+    client = EditorClient(err)
+    await client.start(root, options, inline_completion=True)
+    answers: list[str | None] = []
+    opened: dict[Path, str] = {}
+    try:
+        await wait_ready(client, False, 900.0)
+        for task in tasks:
+            path = root / task.path
+            if path not in opened:
+                opened[path] = path.read_text(encoding="utf-8")
+                client.did_open(path, opened[path])
+            line = opened[path].split("\n")[task.line]
+            tail = line[task.character:]
+            end = len(line.encode("utf-16-le")) // 2  # LSP positions count UTF-16 units
+            client.did_replace(path, (task.line, task.character), (task.line, end), "")
+            await wait_ready(client, False, 300.0)
+            out = await client.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": path.as_uri(), "version": client.versions[path]},
+                "position": {"line": task.line, "character": task.character},
+                "context": {"triggerKind": 1}}, 600)
+            items = (out or {}).get("items") or []
+            answers.append(items[0]["insertText"] if items else None)
+            client.did_change(path, task.line, task.character, tail)  # the line as it was
+    finally:
+        await client.close()
+    return answers
+
+
+def window_answers(session: Any, root: Path, tasks: list[CompletionTask]) -> list[str | None]:
+    """The window-only prompt's completion at each task's cursor (the server's prompt with
+    no repository context), decoded and post-processed as the server does."""
+    profile = session.profile
+    mode = choose_mode(profile.completion_mode, session.fim_tokens)
+    answers: list[str | None] = []
+    for task in tasks:
+        text = typed_text((root / task.path).read_text(encoding="utf-8"), task)
+        win = cursor_window(text, task.line, task.character)
+        prompt = build_prompt(session, "", task.path, win, mode)
+        session.prefill(prompt.tokens)
+        raw = _decode(session, profile.completion_max_tokens, not win.multiline)
+        lines = text.split("\n")
+        previous = lines[task.line - 1] if task.line > 0 else None
+        answers.append(finish(heal(raw, prompt.healed), win, previous))
+    return answers
+
+
+def _decode(session: Any, max_tokens: int, single_line: bool) -> str:
+    pieces: list[str] = []
+    stream = session.stream(max_tokens=max_tokens)
+    try:
+        for piece in stream:
+            pieces.append(piece)
+            if single_line and "\n" in piece:
+                break
+    finally:
+        stream.close()
+    return "".join(pieces)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    out: dict[str, Any] = {"tasks": n}
+    for system in SYSTEMS:
+        scored = [r[system] for r in rows]
+        out[system] = {
+            "exact_match": round(sum(s["exact"] for s in scored) / n, 4) if n else None,
+            "edit_similarity": round(sum(s["edit_similarity"] for s in scored) / n, 2)
+            if n else None,
+            "identifier_match": round(sum(s["identifier"] for s in scored) / n, 4)
+            if n else None,
+        }
+    won = sum(r["server"]["exact"] and not r["window"]["exact"] for r in rows)
+    lost = sum(r["window"]["exact"] and not r["server"]["exact"] for r in rows)
+    out["server_vs_window_exact"] = {"won": won, "lost": lost}
+    return out
+
+
+def run(root: Path, tasks: list[CompletionTask], out: Path, options: dict[str, Any],
+        session: Any) -> dict[str, Any]:
+    """The eval: both systems on every task; writes ``completion-eval.json`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(out / "completion-server.log", "w", encoding="utf-8") as err:
+        served = asyncio.run(server_answers(root, tasks, options, err))
+    windowed = window_answers(session, root, tasks)
+    rows = [{"task": t.to_dict(), "server": score(s, t), "window": score(w, t)}
+            for t, s, w in zip(tasks, served, windowed, strict=True)]
+    doc = {"root": str(root), "summary": summarize(rows), "rows": rows,
+           "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "completion-eval.json").write_text(json.dumps(doc, indent=1) + "\n", "utf-8")
+    return doc
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    s = doc["summary"]
+    lines = [f"completion eval: {s['tasks']} tasks ({doc['root']})",
+             f"  {'prompt':<28} {'exact match':>11} {'edit sim.':>9} {'identifier':>10}"]
+    names = {"server": "the server", "window": "window only (same model)"}
+    for system in SYSTEMS:
+        m = s[system]
+        if m["exact_match"] is None:
+            lines.append(f"  {names[system]:<28} {'n/a':>11}")
+            continue
+        lines.append(f"  {names[system]:<28} {100 * m['exact_match']:>10.1f}% "
+                     f"{m['edit_similarity']:>9.1f} {100 * m['identifier_match']:>9.1f}%")
+    duel = s["server_vs_window_exact"]
+    lines.append(f"  server vs window, exact match: {duel['won']} won, {duel['lost']} lost")
+    return "\n".join(lines) + "\n"
