@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from lsprotocol import types
+
 from contenox_bench.completion_tasks import CompletionTask
-from contenox_bench.lspclient import EditorClient
+from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.trace import wait_ready
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import build_prompt, choose_mode, heal
@@ -70,12 +72,13 @@ async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[
             end = len(line.encode("utf-16-le")) // 2  # LSP positions count UTF-16 units
             client.did_replace(path, (task.line, task.character), (task.line, end), "")
             await wait_ready(client, False, 300.0)
-            out = await client.request("textDocument/inlineCompletion", {
-                "textDocument": {"uri": path.as_uri(), "version": client.versions[path]},
-                "position": {"line": task.line, "character": task.character},
-                "context": {"triggerKind": 1}}, 600)
-            items = (out or {}).get("items") or []
-            answers.append(items[0]["insertText"] if items else None)
+            out = await client.request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                                       types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
+                position=types.Position(line=task.line, character=task.character),
+                context=types.InlineCompletionContext(
+                    trigger_kind=types.InlineCompletionTriggerKind.Invoked)), 600)
+            answers.append(first_item_text(out))
             client.did_change(path, task.line, task.character, tail)  # the line as it was
     finally:
         await client.close()

@@ -160,3 +160,13 @@ class EditorClient:
                 await server.wait()
         if self._drain is not None:
             await asyncio.wait_for(self._drain, 30)
+
+
+def first_item_text(result: Any) -> str | None:
+    """The first item's text of an inline completion answer (the client converts the typed
+    result; a raw JSON object is taken as well)."""
+    if isinstance(result, dict):
+        items = result.get("items") or []
+        return items[0].get("insertText") if items else None
+    items = getattr(result, "items", None) or []
+    return getattr(items[0], "insert_text", None) if items else None

@@ -33,7 +33,7 @@ from typing import Any
 from lsprotocol import types
 
 from contenox_bench.config import BenchConfig
-from contenox_bench.lspclient import EditorClient
+from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.progress import Progress
 from contenox_bench.stats import engine_costs, expected_ms, quantile, ratio, summary
 from contenox_bench.trace import wait_ready
@@ -174,14 +174,14 @@ async def _complete(client: EditorClient, path: Path, line: int, col: int,
     result = await client.request(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, 300)
     latency = (time.perf_counter() - t0) * 1000.0
     after = (await client.request("contenox/status", None))["completion"]
-    items = result.get("items", []) if isinstance(result, dict) else []
+
     typed_through = after["typedThrough"] > before["typedThrough"]
     speculated = after["speculationHits"] > before["speculationHits"]
     model_call = after["requests"] > before["requests"]
     return {
         "line": line, "column": col, "document": text,
         "latency_ms": latency,
-        "text": items[0]["insertText"] if items else None,
+        "text": first_item_text(result),
         "typed_through": typed_through,
         "speculated": speculated,  # answered by the run the keystroke started
         "new_tokens": after["lastNewTokens"] if model_call else 0,
