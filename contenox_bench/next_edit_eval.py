@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from lsprotocol import types
+
 from contenox_bench.edit_replay import (
     Hunk,
     apply_edit,
@@ -57,9 +59,11 @@ async def run_replay(tasks: list[dict[str, Any]], root: Path, options: dict[str,
                 rows.append(_row(task, i, text, edit, nxt, latency, before, after,
                                  out.get("prompt")))
                 if edit is not None:  # the replay types the real next hunk instead
-                    await client.request("workspace/executeCommand", {
-                        "command": "contenox.rejectNextEdit",
-                        "arguments": edit["command"]["arguments"]})
+                    # Typed: the client converts the params of LSP's own methods.
+                    await client.request(types.WORKSPACE_EXECUTE_COMMAND,
+                                         types.ExecuteCommandParams(
+                                             command="contenox.rejectNextEdit",
+                                             arguments=edit["command"]["arguments"]))
 
             await replay(client, root, task, 0.0, ask)
         status = (await client.request("contenox/status", None))["nextEdit"]

@@ -88,7 +88,9 @@ def render(doc: dict[str, Any]) -> str:
                       f"{_mib(doc.get('kvBytesPerSequence'))} a sequence, "
                       f"{_mib(doc.get('kvBytesAllSequences'))} for all "
                       f"{doc.get('sequences', '?')} (live + parked branches)"),
-        ("exact reuse", str(exact.get("description", "—"))),
+        ("exact reuse", str(exact.get("description", "—")) + (
+            f"; snapshots past the sliding window: {exact['snapshotsPastWindow']}"
+            if exact.get("snapshotsPastWindow") else "")),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

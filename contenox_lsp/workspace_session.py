@@ -32,6 +32,7 @@ from contenox_lsp.views import TurnMetrics, explain_view
 from contextasm import Assembly, Explanation, SnapshotEntry, SnapshotStore, explain, get_format
 from contextasm.render import answer_lead
 from engine import EngineError, Session
+from engine.errors import UnsupportedCapabilityError
 from engine.model_files import cache_dir
 from engine.results import drain, ttft_over_steps
 from engine.session import reusable_prefix
@@ -214,15 +215,12 @@ class WorkspaceTurn:
             miss_reason = r.miss_reason
             new_tokens += r.new_tokens
             prefill_ms += r.prefill_ms
-            stable_saved = (
-                self.store.put(
-                    stable_key,
-                    asm.prefix_class(asm.stable_end),
-                    snapshot_writer(s),
-                    label="stable prefix A-F",
-                )
-                is not None
-            )
+            try:
+                stable_saved = self.store.put(stable_key, asm.prefix_class(asm.stable_end),
+                                              snapshot_writer(s),
+                                              label="stable prefix A-F") is not None
+            except UnsupportedCapabilityError as exc:  # never restorable exactly on this CPU
+                log.warning("the stable prefix is not saved: %s", exc)
         stable_prefilled = miss_reason is not None or new_tokens > 0
         r = s.prefill(asm.tokens)
         if not stable_prefilled:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from lsprotocol import types
-from pygls.exceptions import JsonRpcRequestCancelled
+from pygls.exceptions import JsonRpcRequestCancelled, JsonRpcServerError
 from pytest_lsp import LanguageClient
 from test_lsp_support import (
     change_doc,
@@ -312,7 +312,16 @@ async def test_snapshot_save_list_load_clear(warm: LanguageClient, workspace: Pa
     await wait_warm(warm)
     assert (await request(warm, "contenox/snapshot", {"action": "clear"}))["removed"] >= 0
     assert (await request(warm, "contenox/snapshot", {"action": "list"}))["snapshots"] == []
-    saved = await request(warm, "contenox/snapshot", {"action": "save", "name": "test"})
+    try:
+        saved = await request(warm, "contenox/snapshot", {"action": "save", "name": "test"})
+    except JsonRpcServerError as exc:
+        # Only where this CPU restores a sliding window inexactly (engine/llama/snapshots.py):
+        # refused with the reason, reported in the status, nothing stored.
+        assert "sliding window" in str(exc)
+        status = await request(warm, "contenox/status", None)
+        assert status["exactReuse"]["snapshotsPastWindow"].startswith("refused")
+        assert (await request(warm, "contenox/snapshot", {"action": "list"}))["snapshots"] == []
+        return
     assert saved["saved"] is True
     info = saved["snapshot"]
     assert info["tokens"] > 0 and info["bytes"] > 0 and info["label"] == "test"

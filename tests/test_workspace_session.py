@@ -138,9 +138,17 @@ def test_second_ask_restores_the_stable_prefix_from_disk(ws: WorkspaceTurn, repo
     s.reset()
     first = ws.ask(turn, lambda _p: None)
     assert first.metrics["restoredFromSnapshot"] == 0
-    assert first.metrics["stableSnapshotSaved"] is True
     stable = first.metrics["stableTokens"]
     assert stable > 0
+    if s.snapshots_past_window is False and stable > s._model.n_swa:
+        # This CPU restores a sliding window inexactly (engine/llama/snapshots.py): the
+        # stable prefix is not saved, and the next process prefills it again.
+        assert first.metrics["stableSnapshotSaved"] is False
+        s.reset()
+        second = ws.ask(turn, lambda _p: None)
+        assert second.metrics["restoredFromSnapshot"] == 0 and second.text == first.text
+        return
+    assert first.metrics["stableSnapshotSaved"] is True
 
     s.reset()  # what a new process starts with
     explained = ws.explain(turn)[1]
@@ -186,6 +194,12 @@ def test_cli_ask_twice_reuses_the_stable_prefix(tmp_path: Path) -> None:
     first = _cli(*args, env=env)["metrics"]
     second = _cli(*args, env=env)["metrics"]
     assert first["reusedTokens"] == 0
+    if not first["stableSnapshotSaved"]:
+        # Only where this CPU restores a sliding window inexactly, which model info says.
+        info = _cli("model", "info", "--json", env=env)
+        assert info["exactReuse"]["snapshotsPastWindow"].startswith("refused"), info
+        assert second["restoredFromSnapshot"] == 0
+        return
     assert second["restoredFromSnapshot"] == first["stableTokens"] > 0
     assert second["newTokens"] < first["newTokens"]
 

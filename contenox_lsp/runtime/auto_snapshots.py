@@ -154,6 +154,8 @@ class AutoSnapshots:
         except EngineError as exc:
             self.skipped = f"snapshot save skipped: {exc}"
             logger.warning("%s", self.skipped)
+            if exc.code == "unsupported_capability":  # refused for good (a sliding window)
+                self._refused.add(assembly.prefix_key(assembly.stable_end))
 
     def remember(self, assembly: Assembly) -> None:
         """The assembly whose stable prefix shutdown should save if it is still unsaved."""

@@ -502,7 +502,7 @@ class LlamaSession(SnapshotLayer):
             "kvBytesPerSequence": round(per_cell * self.n_ctx),
             "kvBytesAllSequences": round(per_cell * self.n_ctx * self._n_seq_max),
             "sequences": self._n_seq_max,
-            "exactReuse": self.schedule.to_dict(),
+            "exactReuse": self.exact_reuse,
         }
 
     @property
@@ -575,7 +575,8 @@ class LlamaSession(SnapshotLayer):
         self._cancel.set()
 
     def _should_abort(self, _data: Any) -> bool:
-        return self._cancel.is_set()
+        # The restored-window probe runs to its end: it must leave the live sequence as it was.
+        return self._cancel.is_set() and not self._probing
 
     # ----------------------------------------------------------------- prefill
 

@@ -60,12 +60,16 @@ class SnapshotLayer(BranchLayer):
     _model: Any
     _chunk: int
     _window_exact: bool | None = None  # this process's answer of the restored-window probe
+    _probing = False  # a cancel waits for the probe (it runs ~2 s, once per machine and model)
 
     @property
     def n_ctx(self) -> int:
         raise NotImplementedError
 
     def _ensure_context(self) -> None:
+        raise NotImplementedError
+
+    def _clear_live(self) -> None:
         raise NotImplementedError
 
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
@@ -226,7 +230,14 @@ class SnapshotLayer(BranchLayer):
         if known is not None:
             return known
         t0 = time.perf_counter()
-        same = self._measure_restored_window()
+        self._probing = True
+        try:
+            same = self._measure_restored_window()
+        except Exception:
+            self._clear_live()  # whatever the failure left there is not known to be exact
+            raise
+        finally:
+            self._probing = False
         log.info("restored-window probe: %s (%.0f ms)", "exact" if same else "not exact",
                  ms_since(t0))
         self._window_exact = same
