@@ -2,8 +2,9 @@
 by the real server and, on the same model in process, by the window-only prompt.
 
 For each task the file is open in the server as the developer has it while typing the line:
-the line ends at the cursor (the rest of the file is there). Once the server has settled on
-that text, one ``textDocument/inlineCompletion`` at the cursor; its first line is the answer.
+the line ends at the cursor (the rest of the file is there). Once the server is warm on that
+text (a pause: its idle time prefilled the chat prefix and the completion prompt at the
+cursor), one ``textDocument/inlineCompletion`` at the cursor; its first line is the answer.
 The window-only baseline builds the server's own completion prompt with no repository context
 (the cursor window alone), decodes it greedily as the server does and post-processes it the
 same way. Scores, on the first line with blanks trimmed: exact match, edit similarity
@@ -71,7 +72,9 @@ async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[
             tail = line[task.character:]
             end = len(line.encode("utf-16-le")) // 2  # LSP positions count UTF-16 units
             client.did_replace(path, (task.line, task.character), (task.line, end), "")
-            await wait_ready(client, False, 300.0)
+            # The developer paused: the idle time has warmed the prompt at the cursor (else the
+            # first completion in a new place spends its time budget on the prefill).
+            await wait_ready(client, True, 300.0)
             out = await client.request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
                                        types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
