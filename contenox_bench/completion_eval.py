@@ -6,10 +6,10 @@ the line ends at the cursor (the rest of the file is there). Once the server is 
 text (a pause: its idle time prefilled the chat prefix and the completion prompt at the
 cursor), one ``textDocument/inlineCompletion`` at the cursor; its first line is the answer.
 The window-only baseline builds the server's own completion prompt with no repository context
-(the cursor window alone), decodes it greedily as the server does and post-processes it the
-same way. Scores, on the first line with blanks trimmed: exact match, edit similarity
-(``rapidfuzz.fuzz.ratio``, CrossCodeEval's), identifier match (the answer starts with the
-imported identifier the line uses).
+(the cursor window alone), decodes it greedily as the server does (without its time budget:
+the baseline's prefill is cold) and post-processes it the same way. Scores, on the first line
+with blanks trimmed: exact match, edit similarity (``rapidfuzz.fuzz.ratio``, CrossCodeEval's),
+identifier match (the answer starts with the imported identifier the line uses).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from lsprotocol import types
 from contenox_bench.completion_tasks import CompletionTask
 from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.trace import wait_ready
+from contenox_lsp.completion.decode import decode_completion
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import build_prompt, choose_mode, heal
 from contenox_lsp.completion.window import cursor_window
@@ -99,24 +100,12 @@ def window_answers(session: Any, root: Path, tasks: list[CompletionTask]) -> lis
         win = cursor_window(text, task.line, task.character)
         prompt = build_prompt(session, "", task.path, win, mode)
         session.prefill(prompt.tokens)
-        raw = _decode(session, profile.completion_max_tokens, not win.multiline)
+        # The server's decode without its time budget: the baseline's prefill is cold.
+        raw, _ = decode_completion(session, profile.completion_max_tokens, not win.multiline)
         lines = text.split("\n")
         previous = lines[task.line - 1] if task.line > 0 else None
         answers.append(finish(heal(raw, prompt.healed), win, previous))
     return answers
-
-
-def _decode(session: Any, max_tokens: int, single_line: bool) -> str:
-    pieces: list[str] = []
-    stream = session.stream(max_tokens=max_tokens)
-    try:
-        for piece in stream:
-            pieces.append(piece)
-            if single_line and "\n" in piece:
-                break
-    finally:
-        stream.close()
-    return "".join(pieces)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contenox_lsp.clock import Mark
+from contenox_lsp.completion.decode import decode_completion
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import (
     CompletionPrompt,
@@ -260,7 +261,7 @@ class CompletionService:
             # half-way), parked only when another kind of job takes it over.
             residency.claim(s, COMPLETION_BRANCH, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
-            raw, n = _generate(s, max_tokens, t0 + deadline_s, single_line=not win.multiline)
+            raw, n = decode_completion(s, max_tokens, not win.multiline, t0 + deadline_s)
             return ModelRun(prompt, stats, raw, n)
 
         # While the user types, completions keep the live sequence; the chat prefix (parked)
@@ -353,23 +354,3 @@ class CompletionService:
         out["residentBranches"] = branches
         out["fim"] = session is not None and session.fim_tokens is not None
         return out
-
-
-def _generate(session: Session, max_tokens: int, deadline: float,
-              single_line: bool) -> tuple[str, int]:
-    """Stream at most ``max_tokens`` tokens, stopping at the deadline or, for a single-line
-    completion, at the first newline."""
-    pieces: list[str] = []
-    stream = session.stream(max_tokens=max_tokens)
-    n = 0
-    try:
-        for piece in stream:
-            n += 1
-            pieces.append(piece)
-            if single_line and "\n" in piece:
-                break
-            if time.perf_counter() >= deadline:
-                break
-    finally:
-        stream.close()
-    return "".join(pieces), n

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import llama_cpp
 
@@ -27,6 +27,24 @@ log = logging.getLogger(__name__)
 
 #: The live sequence; parked branches use the others.
 MAIN_SEQ = 0
+
+
+#: Which positions of a batch get logits: none, the last one, or every one.
+Logits = Literal["none", "last", "all"]
+
+
+def fill_batch(batch: Any, tokens: Sequence[int], pos: int, seq: int, logits: Logits) -> None:
+    """Put ``tokens`` at positions ``pos``.. of sequence ``seq`` into ``batch`` (every
+    batch the session decodes is filled here)."""
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = pos + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = 1 if logits == "all" else 0
+    if logits == "last":
+        batch.logits[len(tokens) - 1] = 1
 
 
 @dataclass
@@ -82,10 +100,8 @@ class BranchLayer(SessionBase):
                 scratch = MAIN_SEQ if not self._live.tokens else None
         if scratch is None:
             return  # n_seq_max = 1: nothing is ever copied between streams
-        b = self._batch
-        b.n_tokens = 1
-        b.token[0], b.pos[0], b.n_seq_id[0], b.seq_id[0][0], b.logits[0] = 0, 0, 1, scratch, 0
-        status = int(llama_cpp.llama_decode(self._ctx, b))
+        fill_batch(self._batch, [0], 0, scratch, "none")
+        status = int(llama_cpp.llama_decode(self._ctx, self._batch))
         llama_cpp.llama_memory_seq_rm(self._mem, scratch, -1, -1)
         # 2 (aborted by a pending cancel) comes after the copies: llama.cpp runs them first.
         if status not in (0, 2):

@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from engine.json_map import read_map, write_entry
 
@@ -78,6 +79,16 @@ def find_min_batch(run: RunFn, max_batch: int) -> int | None:
         if all(run(sizes) == reference for sizes in splits(k, n)):
             return k
     return None
+
+
+def kernel_settings(profile: Any) -> dict[str, object]:
+    """The profile settings that select llama.cpp's kernels or their rounding: part of every
+    probe's cache key (this one and the restored-window probe's)."""
+    return {"repack": profile.get("context.repack_weights"),
+            "flash_attn": profile.get("context.flash_attn"),
+            "type_k": profile.get("context.type_k"), "type_v": profile.get("context.type_v"),
+            "swa_full": profile.swa_full, "n_gpu_layers": profile.get("context.n_gpu_layers"),
+            "n_threads_batch": profile.get("context.n_threads_batch")}
 
 
 def probe_key(**facts: object) -> str:

@@ -64,7 +64,7 @@ from engine.errors import (
 )
 from engine.fim import FimTokens
 from engine.llama import invariance
-from engine.llama.branches import MAIN_SEQ, Branch
+from engine.llama.branches import MAIN_SEQ, Branch, fill_batch
 from engine.llama.live import BatchKind, Computed
 from engine.llama.model import (
     LoadedModel,
@@ -296,13 +296,9 @@ class LlamaSession(SnapshotLayer):
     def _measured_min_batch(self, n_ubatch: int) -> int | None:
         """The invariance probe's answer for this model, build and kernel settings: from the
         cache file when measured before, else measured now (about a second) and kept."""
-        p = self.profile
         key = invariance.probe_key(
             model=self._model.model_digest, backend=backend_version(), n_ubatch=n_ubatch,
-            repack=p.get("context.repack_weights"), flash_attn=p.get("context.flash_attn"),
-            type_k=p.get("context.type_k"), type_v=p.get("context.type_v"),
-            swa_full=p.swa_full, n_gpu_layers=p.get("context.n_gpu_layers"),
-            n_threads_batch=p.get("context.n_threads_batch"))
+            **invariance.kernel_settings(self.profile))
         path = cache_dir() / "engine" / "batch-invariance.json"
         found, min_batch = invariance.load_probe(path, key)
         if not found:
@@ -325,7 +321,8 @@ class LlamaSession(SnapshotLayer):
         try:
             pos = 0
             for size in sizes:
-                self._fill_batch(toks[pos: pos + size], pos, logits_last=pos + size == n)
+                fill_batch(self._batch, toks[pos: pos + size], pos, MAIN_SEQ,
+                           "last" if pos + size == n else "none")
                 status = int(llama_cpp.llama_decode(self._ctx, self._batch))
                 if status != 0:
                     raise DecodeFatalError(
@@ -692,18 +689,6 @@ class LlamaSession(SnapshotLayer):
         llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
         self._live.clear()
 
-    def _fill_batch(self, chunk: Sequence[int], pos: int, logits_last: bool) -> None:
-        b = self._batch
-        b.n_tokens = len(chunk)
-        for i, tok in enumerate(chunk):
-            b.token[i] = tok
-            b.pos[i] = pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = MAIN_SEQ
-            b.logits[i] = 0
-        if logits_last:
-            b.logits[len(chunk) - 1] = 1
-
     def _decode_suffix(self, suffix: Sequence[int], pos: int) -> None:
         end = pos + len(suffix)
         for start, stop, kind in self._schedule(pos, end):
@@ -744,10 +729,8 @@ class LlamaSession(SnapshotLayer):
     ) -> None:
         """Run one batch; on failure roll back to the committed tokens and raise its error."""
         while True:
-            self._fill_batch(chunk, pos, logits_last)
-            if logits_all:
-                for i in range(len(chunk)):
-                    self._batch.logits[i] = 1
+            fill_batch(self._batch, chunk, pos, MAIN_SEQ,
+                       "all" if logits_all else "last" if logits_last else "none")
             status = int(self._decode_fn(self._ctx, self._batch))
             if status == 0:
                 self._copies_pending = False  # llama.cpp ran them before this batch

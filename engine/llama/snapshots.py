@@ -33,8 +33,8 @@ from engine.errors import (
     UnsupportedCapabilityError,
 )
 from engine.json_map import read_map, write_entry
-from engine.llama.branches import MAIN_SEQ, BranchLayer
-from engine.llama.invariance import PROBE_TEXT, probe_key
+from engine.llama.branches import MAIN_SEQ, BranchLayer, fill_batch
+from engine.llama.invariance import PROBE_TEXT, kernel_settings, probe_key
 from engine.llama.live import Computed
 from engine.model_files import cache_dir
 from engine.profile import Profile
@@ -217,10 +217,7 @@ class SnapshotLayer(BranchLayer):
         return cache_dir() / "engine" / "restored-window.json"
 
     def _window_probe_key(self) -> str:
-        p = self.profile
-        return probe_key(identity=self.identity.to_dict(), repack=p.get("context.repack_weights"),
-                         n_gpu_layers=p.get("context.n_gpu_layers"),
-                         n_threads_batch=p.get("context.n_threads_batch"))
+        return probe_key(identity=self.identity.to_dict(), **kernel_settings(self.profile))
 
     def _restored_window_exact(self) -> bool:
         """The probe's answer: kept, or measured now on the live sequence (longer than the
@@ -270,7 +267,6 @@ class SnapshotLayer(BranchLayer):
         self._copy_seq(MAIN_SEQ, spare)
         kept = [self._probe_batch(spare, tokens, at) for tokens, at in steps]
         llama_cpp.llama_memory_seq_rm(self._mem, spare, n, -1)
-        restored = False
         try:
             llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, -1, -1)
             restored = bool(llama_cpp.llama_state_seq_set_data(self._ctx, buf, got, MAIN_SEQ))
@@ -289,12 +285,8 @@ class SnapshotLayer(BranchLayer):
     def _probe_batch(self, seq: int, tokens: Sequence[int], pos: int) -> bytes:
         """Decode ``tokens`` at ``pos`` of sequence ``seq`` in one batch; every position's
         logits."""
-        b = self._batch
-        b.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0] = token, pos + i, 1, seq
-            b.logits[i] = 1
-        status = int(llama_cpp.llama_decode(self._ctx, b))
+        fill_batch(self._batch, tokens, pos, seq, "all")
+        status = int(llama_cpp.llama_decode(self._ctx, self._batch))
         if status != 0:
             raise DecodeFatalError(
                 f"llama_decode returned {status} in the restored-window probe", status=status)
