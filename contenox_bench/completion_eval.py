@@ -1,5 +1,7 @@
 """``contenox-lsp eval completion``: CrossCodeEval-style tasks (``completion_tasks``) answered
-by the real server and, on the same model in process, by the window-only prompt.
+by the real server and, on the same model in process, by two baselines: the window-only
+prompt, and the window with the top-4 BM25 chunks of similar code from other files
+(CrossCodeEval's retrieval baseline).
 
 For each task the file is open in the server as the developer has it while typing the line:
 the line ends at the cursor (the rest of the file is there). Once the server is warm on that
@@ -7,7 +9,10 @@ text (a pause: its idle time prefilled the chat prefix and the completion prompt
 cursor), one ``textDocument/inlineCompletion`` at the cursor; its first line is the answer.
 The window-only baseline builds the server's own completion prompt with no repository context
 (the cursor window alone), decodes it greedily as the server does (without its time budget:
-the baseline's prefill is cold) and post-processes it the same way. Scores, on the first line
+the baseline's prefill is cold) and post-processes it the same way. The BM25 baseline does the
+same with a repository part of the 4 definition-sized chunks of other files whose words best
+match the 12 lines above the cursor (``CodeFinder.similar`` over an index of the repository
+with the task's file as typed), each under its path's header. Scores, on the first line
 with blanks trimmed: exact match, edit similarity (``rapidfuzz.fuzz.ratio``, CrossCodeEval's),
 identifier match (the answer starts with the imported identifier the line uses).
 """
@@ -28,10 +33,15 @@ from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.trace import wait_ready
 from contenox_lsp.completion.decode import decode_completion
 from contenox_lsp.completion.postprocess import finish
-from contenox_lsp.completion.prompt import build_prompt, choose_mode, heal
+from contenox_lsp.completion.prompt import RepoContext, build_prompt, choose_mode, file_header, heal
+from contenox_lsp.completion.retrieval import place_of
 from contenox_lsp.completion.window import cursor_window
+from contenox_lsp.turn import read_disk_text
 
-SYSTEMS = ("server", "window")
+SYSTEMS = ("server", "window", "bm25")
+#: Similar chunks the BM25 baseline shows, and the lines shown of each.
+BM25_CHUNKS = 4
+BM25_LINES = 24
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -89,16 +99,44 @@ async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[
     return answers
 
 
-def window_answers(session: Any, root: Path, tasks: list[CompletionTask]) -> list[str | None]:
-    """The window-only prompt's completion at each task's cursor (the server's prompt with
-    no repository context), decoded and post-processed as the server does."""
+def bm25_context(finder: Any, root: Path, task: CompletionTask, before: str) -> RepoContext:
+    """The BM25 baseline's repository part at ``task`` (``before``: the window's text)."""
+    path = str(root / task.path)
+    place = place_of(path, task.line, before)
+    code = [(s.display, "".join(t + "\n" for _, t in s.lines[:BM25_LINES]))
+            for s in finder.similar(place.above, skip_path=path, limit=BM25_CHUNKS)]
+    code.reverse()  # the best nearest the window
+    return RepoContext("".join(file_header(p) + c for p, c in code), tuple(code))
+
+
+def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
+                     with_bm25: bool) -> list[str | None]:
+    """A baseline's completion at each task's cursor: the server's prompt with no repository
+    part (``with_bm25`` False) or with the BM25 one, decoded and post-processed as the server
+    does."""
+    from repo_index import RepoIndex
+    from repo_index.code_search import CodeFinder, texts_reader
+
     profile = session.profile
     mode = choose_mode(profile.completion_mode, session.fim_tokens)
+    index = finder = None
+    if with_bm25:
+        index = RepoIndex([root], use_cache=False)
+        index.build()
+        finder = CodeFinder(index, read_disk_text)
     answers: list[str | None] = []
     for task in tasks:
-        text = typed_text((root / task.path).read_text(encoding="utf-8"), task)
+        original = (root / task.path).read_text(encoding="utf-8")
+        text = typed_text(original, task)
         win = cursor_window(text, task.line, task.character)
-        prompt = build_prompt(session, "", task.path, win, mode)
+        context = RepoContext()
+        if index is not None and finder is not None:
+            path = str(root / task.path)
+            index.update(path, text)  # the index sees the file as typed, as the server's does
+            finder.read_text = texts_reader({path: text}, read_disk_text)
+            context = bm25_context(finder, root, task, win.before)
+            index.update(path, original)
+        prompt = build_prompt(session, context, task.path, win, mode)
         session.prefill(prompt.tokens)
         # The server's decode without its time budget: the baseline's prefill is cold.
         raw, _ = decode_completion(session, profile.completion_max_tokens, not win.multiline)
@@ -120,9 +158,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "identifier_match": round(sum(s["identifier"] for s in scored) / n, 4)
             if n else None,
         }
-    won = sum(r["server"]["exact"] and not r["window"]["exact"] for r in rows)
-    lost = sum(r["window"]["exact"] and not r["server"]["exact"] for r in rows)
-    out["server_vs_window_exact"] = {"won": won, "lost": lost}
+    for other in ("window", "bm25"):
+        won = sum(r["server"]["exact"] and not r[other]["exact"] for r in rows)
+        lost = sum(r[other]["exact"] and not r["server"]["exact"] for r in rows)
+        out[f"server_vs_{other}_exact"] = {"won": won, "lost": lost}
     return out
 
 
@@ -133,9 +172,11 @@ def run(root: Path, tasks: list[CompletionTask], out: Path, options: dict[str, A
     t0 = time.perf_counter()
     with open(out / "completion-server.log", "w", encoding="utf-8") as err:
         served = asyncio.run(server_answers(root, tasks, options, err))
-    windowed = window_answers(session, root, tasks)
-    rows = [{"task": t.to_dict(), "server": score(s, t), "window": score(w, t)}
-            for t, s, w in zip(tasks, served, windowed, strict=True)]
+    windowed = baseline_answers(session, root, tasks, with_bm25=False)
+    retrieved = baseline_answers(session, root, tasks, with_bm25=True)
+    rows = [{"task": t.to_dict(), "server": score(s, t), "window": score(w, t),
+             "bm25": score(b, t)}
+            for t, s, w, b in zip(tasks, served, windowed, retrieved, strict=True)]
     doc = {"root": str(root), "summary": summarize(rows), "rows": rows,
            "seconds": round(time.perf_counter() - t0, 1)}
     (out / "completion-eval.json").write_text(json.dumps(doc, indent=1) + "\n", "utf-8")
@@ -146,7 +187,8 @@ def format_table(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     lines = [f"completion eval: {s['tasks']} tasks ({doc['root']})",
              f"  {'prompt':<28} {'exact match':>11} {'edit sim.':>9} {'identifier':>10}"]
-    names = {"server": "the server", "window": "window only (same model)"}
+    names = {"server": "the server", "window": "window only (same model)",
+             "bm25": "window + top-4 BM25 chunks"}
     for system in SYSTEMS:
         m = s[system]
         if m["exact_match"] is None:
@@ -154,6 +196,8 @@ def format_table(doc: dict[str, Any]) -> str:
             continue
         lines.append(f"  {names[system]:<28} {100 * m['exact_match']:>10.1f}% "
                      f"{m['edit_similarity']:>9.1f} {100 * m['identifier_match']:>9.1f}%")
-    duel = s["server_vs_window_exact"]
-    lines.append(f"  server vs window, exact match: {duel['won']} won, {duel['lost']} lost")
+    for other in ("window", "bm25"):
+        duel = s[f"server_vs_{other}_exact"]
+        lines.append(f"  server vs {other}, exact match: {duel['won']} won, "
+                     f"{duel['lost']} lost")
     return "\n".join(lines) + "\n"

@@ -256,6 +256,29 @@ class CodeFinder:
         return out
 
 
+    def similar(self, code: str, *, skip_path: str | None = None,
+                limit: int = 4) -> list[Snippet]:
+        """Chunks whose words most resemble ``code`` (plain BM25, no priors: how the rest of
+        the repository writes the same thing), none from ``skip_path``; best first."""
+        query: dict[str, float] = {}
+        for t in terms(code):
+            query[t] = query.get(t, 0.0) + 1.0
+        if not query:
+            return []
+        self.sync()
+        out: list[Snippet] = []
+        for score, (p, def_line) in self.lexical.search(query, RERANK_POOL):
+            if p == skip_path:
+                continue
+            chunk, lines = self._chunk_at(p, def_line)
+            if chunk is None or chunk.def_line != def_line:
+                continue
+            out.append(self._snippet(p, chunk, lines, score, "similar code"))
+            if len(out) >= limit:
+                break
+        return out
+
+
 def texts_reader(buffers: Mapping[str, str], read_disk: ReadText) -> ReadText:
     """``read_text`` for ``CodeFinder``: the open buffer when there is one, else the disk."""
 

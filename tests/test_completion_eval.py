@@ -83,7 +83,7 @@ def test_the_line_is_cut_at_the_cursor_and_scored_on_its_first_line() -> None:
                                  "identifier": False}
 
 
-def test_eval_completion_runs_the_server_and_the_window_only_prompt(tmp_path: Path) -> None:
+def test_eval_completion_runs_the_server_and_both_baselines(tmp_path: Path) -> None:
     root = _repo(tmp_path / "repo")
     out = tmp_path / "out"
     env = {**os.environ, "CONTENOX_CACHE_DIR": str(tmp_path / "cache")}
@@ -94,13 +94,14 @@ def test_eval_completion_runs_the_server_and_the_window_only_prompt(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((out / "completion-eval.json").read_text(encoding="utf-8"))
     assert doc["summary"]["tasks"] == 2 and len(doc["rows"]) == 2
-    for system in ("server", "window"):
+    for system in ("server", "window", "bm25"):
         m = doc["summary"][system]
         assert 0 <= m["exact_match"] <= 1 and 0 <= m["edit_similarity"] <= 100
         assert 0 <= m["identifier_match"] <= 1
     planned = json.loads((out / "completion-tasks.json").read_text(encoding="utf-8"))
     assert [r["task"] for r in doc["rows"]] == planned["tasks"]
-    assert "window only" in proc.stdout and "exact match" in proc.stdout
+    assert "window only" in proc.stdout and "BM25" in proc.stdout and "exact match" in proc.stdout
+    assert doc["summary"]["server_vs_bm25_exact"]["won"] >= 0
     again = subprocess.run(
         [sys.executable, "-m", "contenox_lsp.cli", "eval", "completion", "--repo",
          str(tmp_path / "nowhere"), "--out", str(out)],

@@ -293,3 +293,46 @@ async def test_idle_time_warms_the_completion_prompt_at_the_cursor(workspace: Pa
         assert after["lastPromptTokens"] > 10 * after["lastNewTokens"]
     finally:
         await stop_client(c)
+
+
+HELPERS = ('"""Helpers the loader uses."""\n\n\n'
+           "def merge_defaults(config, defaults):\n"
+           '    """The config with every key of ``defaults`` it lacks."""\n'
+           "    merged = dict(defaults)\n    merged.update(config)\n    return merged\n")
+LOADER = ("from helpers import merge_defaults\n\n\n"
+          "def load(path, defaults):\n"
+          "    data = read_file(path)\n"
+          "    merged = merge_defaults(data, defaults)\n"
+          "    return ")
+
+
+async def test_the_prompt_carries_the_definitions_the_cursor_uses(workspace: Path) -> None:
+    """The completion prompt's repository part is code: the definition of the function the
+    code at the cursor calls (from another file) is in it, prefilled in idle time with the
+    window, so the first completion there prefills only the line being typed."""
+    (workspace / "helpers.py").write_text(HELPERS, "utf-8")
+    c = await start_client(workspace, "neovim", inline_completion=True)
+    try:
+        uri = open_doc(c, workspace / "loader.py", LOADER)
+        lines = LOADER.split("\n")
+        point = {"line": len(lines) - 1, "character": len(lines[-1])}
+        await raw_request(c, "textDocument/codeAction", {  # where the cursor is
+            "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
+            "context": {"diagnostics": []}})
+
+        async def warmed() -> dict[str, Any]:
+            await wait_warm(c)
+            return await completion_status(c)
+
+        await wait_until(warmed, lambda s: "completion" in s["residentBranches"], 300)
+        await raw_request(c, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": point, "context": {"triggerKind": 1}},
+            timeout=300)
+        status = await completion_status(c)
+        assert "helpers.py" in status["lastContextFiles"]
+        assert "loader.py" not in status["lastContextFiles"]  # the window shows it already
+        assert status["lastReusedTokens"] >= status["lastContextTokens"] > 0
+        assert status["lastNewTokens"] <= 40  # the last partial chunk and the line's tokens
+    finally:
+        await stop_client(c)
+        (workspace / "helpers.py").unlink()

@@ -95,7 +95,12 @@ def test_typed_through_answers_the_rest_without_a_model() -> None:
 
 #: Typed-through answers without the engine side: the service keeps its collaborators
 #: until a model call.
-_NO_ENGINE_SIDE = (None, None, None, None)
+_NO_ENGINE_SIDE = (None, None, None, None, None)
+
+
+async def no_code(_place: Any) -> tuple[tuple[str, str], ...]:
+    """A repository with nothing to show beside the window (the warm-up is what is tested)."""
+    return ()
 
 
 def test_a_trailing_blank_is_healed() -> None:
@@ -210,6 +215,7 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     that line restored from its branch: the cold run's greedy tokens. The engine side is the
     real session, with a real editor view and residency and the idle fields ``warm_up``
     reads."""
+    import asyncio
     from types import SimpleNamespace
 
     from contenox_lsp.runtime.jobs import chunked_prefill
@@ -225,9 +231,11 @@ def test_the_idle_warm_up_then_a_completion_equals_a_cold_run(llama_session: Any
     service = CompletionService(
         SimpleNamespace(worker=SimpleNamespace(session=s)),  # type: ignore[arg-type]
         editor, SimpleNamespace(assembly=None, target=chat),  # type: ignore[arg-type]
-        Residency())
+        Residency(), no_code)
     assert service.warm_up() is None  # no completion client yet
     service.wanted = True
+    assert service.warm_up() is None  # the place's code is not chosen yet
+    asyncio.run(service.prepare(path, cursor_window(SOURCE, 120, 0)))
     s.reset()
     s.prefill(chat)
     warm_job = service.warm_up()
@@ -273,13 +281,13 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     service = CompletionService(
         engine, editor,  # type: ignore[arg-type]
         SimpleNamespace(assembly=None, target=chat, hold=lambda _s: None),  # type: ignore[arg-type]
-        residency)
+        residency, no_code)
     residency.register("completion", "completion", service.warm_up)
     ask = Job(fn=lambda *_: None, priority=Priority.USER, label="ask")
 
     def complete(column: int) -> None:
         win = cursor_window(SOURCE, 120, column)
-        asyncio.run(service.complete("file:///ws/m.py", "m.py", win, None))
+        asyncio.run(service.complete("file:///ws/m.py", Path("/ws/m.py"), win, None))
 
     s.reset()
     s.prefill(chat)
@@ -393,3 +401,56 @@ def test_residency_parks_the_live_prefix_of_one_kind_before_a_job_of_another(
     assert step is not None
     step(s, job("idle"))
     assert ran == ["completion"]
+
+
+RETRIEVAL_REPO = {
+    "pkg/__init__.py": "",
+    "pkg/merge.py": (
+        "def merge_defaults(config, defaults):\n"
+        '    """The config with every key of ``defaults`` it lacks."""\n'
+        "    merged = dict(defaults)\n    merged.update(config)\n    return merged\n"),
+    "pkg/settings.py": (
+        "from pkg.merge import merge_defaults\n\n\n"
+        "def load_settings(path, defaults):\n"
+        "    raw = read_json(path)\n"
+        "    settings = merge_defaults(raw, defaults)\n"
+        "    return settings\n"),
+    "pkg/loader.py": (
+        "from pkg.merge import merge_defaults\n\n\n"
+        "def load(path, defaults):\n"
+        "    raw = read_json(path)\n"
+        "    config = merge_defaults(raw, defaults)\n"
+        "    return "),
+}
+
+
+def test_the_code_for_a_place_is_the_definitions_it_uses_and_similar_code(
+    tmp_path: Path,
+) -> None:
+    """Real index and parsing: the function the cursor's code calls (defined in another file)
+    and the other file that writes the same lines are chosen, never the cursor's own file;
+    the same place gives the same code, whatever was asked before."""
+    from contenox_lsp.completion.retrieval import place_of, retrieve
+    from repo_index import RepoIndex
+    from repo_index.code_search import CodeFinder
+
+    for rel, text in RETRIEVAL_REPO.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, "utf-8")
+    index = RepoIndex([tmp_path], use_cache=False)
+    index.build()
+    finder = CodeFinder(index, lambda p: Path(p).read_text("utf-8"))
+    source = RETRIEVAL_REPO["pkg/loader.py"]
+    lines = source.split("\n")
+    path = str(tmp_path / "pkg/loader.py")
+    place = place_of(path, len(lines) - 1, cursor_window(source, len(lines) - 1, 4).before)
+    assert place.above.endswith("config = merge_defaults(raw, defaults)")
+    code = retrieve(finder, place)
+    shown = dict(code)
+    assert "def merge_defaults(config, defaults):" in shown["pkg/merge.py"]
+    assert "settings = merge_defaults(raw, defaults)" in shown["pkg/settings.py"]
+    assert "pkg/loader.py" not in shown
+    other = str(tmp_path / "pkg/settings.py")
+    retrieve(finder, place_of(other, 5, "\n".join(RETRIEVAL_REPO["pkg/settings.py"]
+                                                     .split("\n")[:5]) + "\n"))
+    assert retrieve(finder, place) == code

@@ -1,5 +1,10 @@
 """Inline completion requests on the warm session.
 
+The prompt's repository part is code (``completion.retrieval``: the definitions the code at
+the cursor uses, similar code from other files) and the pins, chosen for the cursor's place on
+the context thread: in idle time for the last cursor (``prepare``), which the warm-up then
+prefills, or at the request when the cursor is somewhere new and the user is not typing.
+
 A completion is interactive: it runs at user priority (so it preempts the idle prefill), but
 never queues behind a running ask (it answers an empty list instead), and an ask waits for at
 most one completion (each is capped in tokens and time). The chat prefix and the completion
@@ -14,8 +19,9 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from contenox_lsp.clock import Mark
@@ -26,9 +32,11 @@ from contenox_lsp.completion.prompt import (
     RepoContext,
     build_prompt,
     choose_mode,
+    file_header,
     heal,
     repo_files,
 )
+from contenox_lsp.completion.retrieval import Place, place_of
 from contenox_lsp.completion.window import At, CursorWindow, cursor_window
 from contenox_lsp.runtime.editor_view import EditorView
 from contenox_lsp.runtime.engine_access import EngineAccess
@@ -45,15 +53,18 @@ logger = logging.getLogger(__name__)
 
 
 #: While completions keep coming (the user is typing), the repository context of the prompt
-#: stays as it was for up to this long after the last one: the repo map changes as the file
-#: being typed goes in and out of parsing, and every change would re-prefill the whole prompt.
+#: stays as it was for up to this long after the last one: the code chosen for the cursor
+#: changes as lines are typed, and every change would re-prefill the whole prompt.
 STICKY_CONTEXT_S = 3.0
 
 JOB_LABEL = "completion"
 COMPLETION_BRANCH = "completion"
 
-#: The chat prompt's segments that make up the completion's repository-level context.
+#: The chat prompt's segments that make up a next-edit prompt's repository-level context.
 CONTEXT_KINDS = (SegmentKind.REPO_MAP, SegmentKind.PINNED)
+
+#: Code for a place, chosen on the context thread: ``(path, code)`` files, best last.
+RetrieveFn = Callable[[Place], Awaitable[tuple[tuple[str, str], ...]]]
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,7 @@ class CompletionStats:
     lastPromptTokens: int | None = None
     lastContextTokens: int | None = None
     lastDecodeTokens: int | None = None
+    lastContextFiles: list[str] | None = None  # the code the prompt carried (paths)
     mode: str | None = None
     layout: str | None = None  # "plain" or "repository" (FIM in the model's repository layout)
     speculated: int = 0
@@ -95,6 +107,7 @@ class ModelRun:
     stats: PrefillStats
     raw: str
     decode_tokens: int
+    context_files: tuple[tuple[str, str], ...] = ()  # the repository part's files
 
 
 @dataclass(frozen=True)
@@ -107,7 +120,7 @@ class Outcome:
 
 def repo_context(assembly: Assembly | None, name: str = "") -> RepoContext:
     """The repository-level part of the last idle assembly (repo map, pins), as text and as
-    files (``name``: the repository's, for the repository layout)."""
+    files (``name``: the repository's, for the repository layout): a next edit's."""
     if assembly is None:
         return RepoContext(name=name)
     parts = [s for s in assembly.segments if s.kind in CONTEXT_KINDS]
@@ -115,17 +128,31 @@ def repo_context(assembly: Assembly | None, name: str = "") -> RepoContext:
     return RepoContext("".join(s.text for s in parts), files, name)
 
 
+def code_context(assembly: Assembly | None, code: tuple[tuple[str, str], ...],
+                 name: str = "") -> RepoContext:
+    """A completion's repository part: the pins of the last idle assembly (the user chose
+    them), then ``code`` (``(path, code)``, best last), as text (each under its path's
+    header) and as files."""
+    pins = [s.text for s in assembly.segments if s.kind is SegmentKind.PINNED] \
+        if assembly is not None else []
+    files = repo_files([(True, t) for t in pins]) + code
+    text = "".join(pins) + "".join(file_header(p) + c for p, c in code)
+    return RepoContext(text, files, name)
+
+
 class CompletionService:
     def __init__(self, engine: EngineAccess, editor: EditorView, idle: IdlePrefill,
-                 residency: Residency) -> None:
+                 residency: Residency, retrieve: RetrieveFn) -> None:
         self._engine = engine
+        self._retrieve = retrieve
         self._editor = editor
         self._idle = idle
         self._residency = residency
         self._ids = itertools.count(1)
         self.last: Shown | None = None
         self.stats = CompletionStats()
-        self._context: RepoContext | None = None
+        self._context: RepoContext | None = None  # the last prompt's (sticky while typing)
+        self._prepared: tuple[Place, RepoContext] | None = None  # the last place's context
         self._last_run = Mark()  # a request's or a speculation's (the sticky context's clock)
         self.wanted = False
         """Whether the editor uses inline completion (it said so at initialize, or asked for
@@ -135,11 +162,25 @@ class CompletionService:
         self.speculation: Speculation[ModelRun | None] = Speculation()
         self.latest = LatestOnly()  # the request in flight (cancel-previous)
 
-    def _repo_context(self, now: float) -> RepoContext:
-        fresh = repo_context(self._idle.assembly, self._editor.repo_name())
+    async def prepare(self, path: Path, win: CursorWindow) -> RepoContext:
+        """The repository part for the place of ``win`` in ``path``: chosen again only when
+        the place (file, line, the lines above) changed since the last one."""
+        place = place_of(str(path), win.line, win.before)
+        prepared = self._prepared
+        if prepared is not None and prepared[0] == place:
+            return prepared[1]
+        code = await self._retrieve(place)
+        context = code_context(self._idle.assembly, code, self._editor.repo_name())
+        self._prepared = (place, context)
+        return context
+
+    async def _repo_context(self, path: Path, win: CursorWindow) -> RepoContext:
+        """The last prompt's repository part while the user types (a new line does not
+        re-prefill the prompt), else the one for this place."""
+        now = time.monotonic()
         if self._context is None or not self._last_run.within(STICKY_CONTEXT_S, now):
-            self._context = fresh
-        self._last_run.set(now)
+            self._context = await self.prepare(path, win)
+        self._last_run.set(time.monotonic())
         return self._context
 
     # -- typed-through ----------------------------------------------------------------------
@@ -162,7 +203,7 @@ class CompletionService:
 
     # -- a request ---------------------------------------------------------------------------
 
-    async def request(self, at: At, rel: str, win: CursorWindow, previous_line: str | None,
+    async def request(self, at: At, path: Path, win: CursorWindow, previous_line: str | None,
                       t0: float) -> Outcome:
         """One inline completion request (received at ``t0``): the rest of the last
         completion when it was typed through, else the speculative run at this place, else a
@@ -179,23 +220,23 @@ class CompletionService:
                 if run is not None:
                     return self.answer(at.uri, win, previous_line, run, t0)
                 # none started here, or an ask preempted it
-                return await self.complete(at.uri, rel, win, previous_line)
+                return await self.complete(at.uri, path, win, previous_line)
             except asyncio.CancelledError:
                 if self.latest.superseded(task):
                     return Outcome(None, None)
                 raise
 
-    def after_edit(self, at: At | None, rel: str, win: CursorWindow | None) -> None:
+    def after_edit(self, at: At | None, path: Path, win: CursorWindow | None) -> None:
         """A document changed: what was speculated is stale. ``at``/``win``: the cursor a
         single insertion left, where the completion starts in the background while the user
         types with completions on."""
         self.speculation.drop()
         if at is not None and win is not None and self.typing:
-            self.speculation.schedule(at, lambda: self.speculate(rel, win))
+            self.speculation.schedule(at, lambda: self.speculate(path, win))
 
     # -- model completions ------------------------------------------------------------------
 
-    async def complete(self, uri: str, rel: str, win: CursorWindow,
+    async def complete(self, uri: str, path: Path, win: CursorWindow,
                        previous_line: str | None) -> Outcome:
         t0 = time.perf_counter()
         self._note_request()
@@ -203,7 +244,7 @@ class CompletionService:
             self.stats.skippedBusy += 1
             return Outcome(None, None)  # never wait behind an ask (a superseded completion
             # ahead of this one stops within one batch)
-        run = await self._run(rel, win, t0, Priority.USER)
+        run = await self._run(path, win, t0, Priority.USER)
         return self._show(uri, win, previous_line, run, t0)
 
     def answer(self, uri: str, win: CursorWindow, previous_line: str | None, run: ModelRun,
@@ -218,13 +259,13 @@ class CompletionService:
         """The user is typing with completions on: one was asked in the last few seconds."""
         return self._last_request.within(STICKY_CONTEXT_S)
 
-    async def speculate(self, rel: str, win: CursorWindow) -> ModelRun | None:
+    async def speculate(self, path: Path, win: CursorWindow) -> ModelRun | None:
         """The model completion at ``win`` as background work (``speculation``); None when
         an ask is running or something preempted it."""
         if self._busy_with_user():
             return None
         try:
-            run = await self._run(rel, win, time.perf_counter(), Priority.BACKGROUND)
+            run = await self._run(path, win, time.perf_counter(), Priority.BACKGROUND)
         except JobCancelled:
             return None
         except Exception as exc:  # the request then runs it again and reports what fails
@@ -241,12 +282,13 @@ class CompletionService:
     def _busy_with_user(self) -> bool:
         return self._engine.busy_with_user(JOB_LABEL)
 
-    async def _run(self, rel: str, win: CursorWindow, t0: float,
+    async def _run(self, path: Path, win: CursorWindow, t0: float,
                    priority: Priority) -> ModelRun:
         session = await self._engine.session()
         profile = session.profile
         mode = choose_mode(profile.completion_mode, session.fim_tokens)
-        context = self._repo_context(time.monotonic())
+        rel = self._editor.relative(path)
+        context = await self._repo_context(path, win)
 
         max_tokens = profile.completion_max_tokens
         deadline_s = profile.completion_timeout_ms / 1000.0
@@ -262,7 +304,7 @@ class CompletionService:
             residency.claim(s, COMPLETION_BRANCH, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
             raw, n = decode_completion(s, max_tokens, not win.multiline, t0 + deadline_s)
-            return ModelRun(prompt, stats, raw, n)
+            return ModelRun(prompt, stats, raw, n, context.files)
 
         # While the user types, completions keep the live sequence; the chat prefix (parked)
         # is brought back once they pause.
@@ -290,6 +332,7 @@ class CompletionService:
         st.lastPromptTokens = len(prompt.tokens)
         st.lastContextTokens = prompt.context_tokens
         st.lastDecodeTokens = run.decode_tokens
+        st.lastContextFiles = [p for p, _ in run.context_files]
         st.mode = prompt.mode
         st.layout = prompt.layout
         metrics = {"latencyMs": st.lastLatencyMs, "newTokens": stats.new_tokens,
@@ -320,14 +363,18 @@ class CompletionService:
         text = editor.buffer_text(path)
         if text is None:
             return None
-        rel = editor.relative(path)
-        context = repo_context(self._idle.assembly, editor.repo_name())
         win = cursor_window(text, line, 0)
+        prepared = self._prepared
+        if prepared is None or prepared[0] != place_of(str(path), line, win.before):
+            return None  # the idle assembly prepares the cursor's place first
+        context = prepared[1]
+        rel = editor.relative(path)
         mode = choose_mode(session.profile.completion_mode, session.fim_tokens)
         key = hash((rel, win.before, context, mode))
         chat_target = self._idle.target
         if key == self._warmed or not chat_target:
             return None
+        self._context = context  # the next completion starts from what this prefills
 
         def job(s: Session, j: Job) -> None:
             prompt = build_prompt(s, context, rel, win, mode)

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 from lsprotocol import types
 
 from contenox_lsp.code_segment import CodeBudget, SteadyRate
-from contenox_lsp.completion.window import At, CursorWindow
+from contenox_lsp.completion.retrieval import Place, retrieve
+from contenox_lsp.completion.window import At, CursorWindow, cursor_window
 from contenox_lsp.errors import ServerError
 from contenox_lsp.next_edit.layout import Layout
 from contenox_lsp.options import ServerOptions
@@ -47,7 +48,7 @@ from contenox_lsp.runtime.residency import Residency
 from contenox_lsp.runtime.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.runtime.snapshots import handle as snapshot_action
 from contenox_lsp.runtime.worker import EngineWorker, Job, Priority
-from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, turn_at
+from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, read_disk_text, turn_at
 from contenox_lsp.views import TurnMetrics
 from contextasm import Assembly, get_format
 from contextasm.render import answer_lead
@@ -55,6 +56,7 @@ from engine import Session
 from engine.lookup import REWRITE_DRAFT_TOKENS
 from engine.model_files import cache_dir
 from engine.results import ttft_over_steps
+from repo_index.code_search import texts_reader
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +129,7 @@ class Runtime:
                                 enabled=options.prefill_on_idle, snapshots=self.snapshots,
                                 after_warm=self.residency.after_warm)
         self.completion = CompletionService(self.engine, self.editor, self.idle,
-                                            self.residency)
+                                            self.residency, self._completion_code)
         self.next_edit = NextEditService(self.engine, self.editor, self.idle, self.residency)
         self.residency.register(COMPLETION_BRANCH, COMPLETION_LABEL, self.completion.warm_up)
         self.residency.register(NEXT_EDIT_BRANCH, NEXT_EDIT_LABEL, self.next_edit.warm_up)
@@ -250,7 +252,7 @@ class Runtime:
         if insertion is not None:
             self.completion.latest.cancel_previous()
             return InlineOffer(insertion.replacement.text, insertion.id, next_edit=True)
-        out = await self.completion.request(at, rel, win, previous_line, t0)
+        out = await self.completion.request(at, path, win, previous_line, t0)
         if out.text is None or out.id is None:
             return None
         return InlineOffer(out.text, out.id, next_edit=False)
@@ -263,7 +265,7 @@ class Runtime:
     def speculate_completion(self, path: Path, at: At | None,
                              win: CursorWindow | None) -> None:
         """After an edit: drop the stale speculation; start one at ``at`` when given."""
-        self.completion.after_edit(at, self.relative(path), win)
+        self.completion.after_edit(at, path, win)
 
     def completion_accepted(self, completion_id: int, accepted_length: int | None) -> bool:
         return self.completion.accepted(completion_id, accepted_length)
@@ -447,10 +449,27 @@ class Runtime:
             path, line = self.editor.last_cursor
             text = state.open_buffers.get(path)
             if text is not None:
-                return await self.assemble(
+                assembly = await self.assemble(
                     turn_at(state.roots, path, "", text=text, line=line, outputs=outputs),
                     state=state)
+                if self.completion.wanted:  # its warm-up prefills the code chosen here
+                    await self.completion.prepare(path, cursor_window(text, line, 0))
+                return assembly
         return await self.assemble(TurnSpec(outputs=outputs), state=state)
+
+    async def _completion_code(self, place: Place) -> tuple[tuple[str, str], ...]:
+        """The code a completion prompt carries at ``place`` (``completion.retrieval``),
+        chosen on the context thread from the open buffers and the index."""
+        buffers = {str(p): t for p, t in self._editor_state().open_buffers.items()}
+
+        def choose(svc: ContextService) -> tuple[tuple[str, str], ...]:
+            if svc.finder is None:
+                return ()  # the index is still building
+            svc.finder.read_text = texts_reader(buffers, read_disk_text)
+            return retrieve(svc.finder, place)
+
+        with structured_errors():
+            return await self.context.call(choose)
 
     # -- engine jobs -----------------------------------------------------------------------------
 

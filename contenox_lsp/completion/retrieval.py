@@ -1,0 +1,85 @@
+"""The repository part of a completion prompt: code from elsewhere in the repository.
+
+Two kinds of code, chosen from the cursor's place alone (the same place gives the same
+context whatever was opened before):
+
+- **definitions** the code around the cursor uses (the symbol graph's first hop from the
+  function at the cursor, ``CodeFinder.around_cursor``): what the line being typed calls;
+- **similar code**: the chunks of other files whose words most resemble the lines above the
+  cursor (BM25, as CrossCodeEval's retrieval baseline and llama.vscode's ring do): how the
+  rest of the repository writes the same thing, often the very line to type.
+
+Both are shown as code (each under its path), never as a repo map: measured on real
+repositories, map text made completions worse than the window alone (issue 32). The query
+is the window's whole lines above the cursor line, so the context stays put while a line is
+typed and a keystroke prefills only what it typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from repo_index.code_search import CodeFinder, Snippet
+
+#: Lines above the cursor line the similar-code query holds.
+QUERY_LINES = 12
+#: At most this many definitions and similar chunks.
+MAX_DEFINITIONS = 3
+MAX_SIMILAR = 3
+#: Lines shown of one definition (its signature and the start of its docstring: how to call
+#: it; bodies measured worse) and of one similar chunk.
+DEFINITION_LINES = 5
+SIMILAR_LINES = 24
+#: The whole repository part, in characters (about 700 tokens of code).
+BUDGET_CHARS = 2400
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a completion context is for: the file (absolute), the cursor's 0-based line and
+    the window's whole lines above it (the query)."""
+
+    path: str
+    line: int
+    above: str
+
+
+def place_of(path: str, line: int, before: str) -> Place:
+    """The place of a cursor window (``CursorWindow.before``: the current line comes last)."""
+    whole = before.split("\n")[:-1]
+    return Place(path, line, "\n".join(whole[-QUERY_LINES:]))
+
+
+def _shown(snippet: Snippet, max_lines: int) -> str:
+    return "".join(text + "\n" for _, text in snippet.lines[:max_lines])
+
+
+def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
+    """``(path, code)`` files for the prompt: the similar code, then the definitions nearest
+    the cursor (what the line being typed calls), each kind's best last. Definitions take the
+    budget first."""
+    seen: set[tuple[str, int]] = set()
+    used = 0
+
+    def take(snippets: Sequence[Snippet], limit: int, max_lines: int) -> list[tuple[str, str]]:
+        nonlocal used
+        out: list[tuple[str, str]] = []
+        for s in snippets:
+            if len(out) >= limit:
+                break
+            if s.key in seen or s.path == place.path:
+                continue
+            text = _shown(s, max_lines)
+            if used + len(text) > BUDGET_CHARS:
+                continue
+            seen.add(s.key)
+            out.append((s.display, text))
+            used += len(text)
+        return out[::-1]
+
+    definitions = take(finder.around_cursor(place.path, place.line, limit=MAX_DEFINITIONS * 3),
+                       MAX_DEFINITIONS, DEFINITION_LINES)
+    similar = take(finder.similar(place.above, skip_path=place.path, limit=MAX_SIMILAR * 2),
+                   MAX_SIMILAR, SIMILAR_LINES)
+    return (*similar, *definitions)
