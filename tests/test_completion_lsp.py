@@ -179,13 +179,26 @@ async def test_a_new_request_supersedes_the_running_one(client: LanguageClient) 
     assert after["skippedBusy"] == before["skippedBusy"] == 0
 
 
-async def test_accepting_is_counted(client: LanguageClient) -> None:
-    doc = await request(client, "contenox/document",
-                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
-    line = doc["text"].split("\n")[LINE]
-    shown = await complete(client, LINE, len(line))
+#: Places where a completion is to be expected (the model may still see nothing to add at one:
+#: the first that shows something is accepted).
+ACCEPT_PLACES = ("import json\n\n\ndef load_config(path):\n    with open(",
+                 "import json\n\n\ndef save_config(path, config):\n    with open(path, ",
+                 "def area(width, height):\n    return ")
+
+
+async def test_accepting_is_counted(client: LanguageClient, workspace: Path) -> None:
+    shown: dict[str, Any] = {"items": []}
+    for n, text in enumerate(ACCEPT_PLACES):
+        uri = open_doc(client, workspace / f"accept_{n}.py", text)
+        lines = text.split("\n")
+        shown = await raw_request(client, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri},
+            "position": {"line": len(lines) - 1, "character": len(lines[-1])},
+            "context": {"triggerKind": 1}}, timeout=300)
+        if shown["items"]:
+            break
     if not shown["items"]:
-        pytest.fail("no completion to accept")
+        pytest.fail(f"no completion to accept at any of {len(ACCEPT_PLACES)} places")
     cmd = shown["items"][0]["command"]
     before = await completion_status(client)
     result = await raw_request(client, "workspace/executeCommand",
@@ -197,15 +210,16 @@ async def test_accepting_is_counted(client: LanguageClient) -> None:
 async def test_chat_and_completion_stay_resident_side_by_side(
     client: LanguageClient,
 ) -> None:
+    doc = await request(client, "contenox/document",
+                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
+    line = doc["text"].split("\n")[LINE]
+    await complete(client, LINE, len(line))
     await wait_warm(client)  # the idle prefill restored the chat prefix
     st = await completion_status(client)
     assert set(st["residentBranches"]) >= {"chat", "completion"}
     explained = await request(client, "contenox/explainContext", None)
     assert explained["pendingPrefillTokens"] == 0
-    # The next completion finds its own prefix again.
-    doc = await request(client, "contenox/document",
-                        {"textDocument": {"uri": client.doc_uri}})  # type: ignore[attr-defined]
-    line = doc["text"].split("\n")[LINE]
+    # The next completion there finds its own prefix again.
     await complete(client, LINE, len(line))
     st = await completion_status(client)
     assert st["lastReusedTokens"] >= st["lastContextTokens"]
