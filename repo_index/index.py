@@ -42,9 +42,10 @@ PathLike = str | os.PathLike[str]
 _CHURN_SHARE = 0.01
 _CHURN_MIN = 25
 _RANKINGS_KEPT = 4
-# Paths whose outline changed, remembered so that a map patches its candidates file by file;
-# past this many (or a quarter of the workspace) it rebuilds them instead.
+# Paths whose outline changed, remembered so that a map patches its candidates file by file.
 _OUTLINE_LOG_MAX = 4096
+# Past this many changed files (or a quarter of the workspace) a rebuild is cheaper.
+_PATCH_MAX_FILES = 256
 
 
 @dataclass
@@ -482,7 +483,8 @@ class RepoIndex:
         candidates = ranked.candidates
         if candidates is not None and ranked.outline_version != self._outline_version:
             changed = self._outline_changes_since(ranked.outline_version)
-            if changed is None or len(changed) > max(64, len(self._records) // 4):
+            if (changed is None or len(changed) > _PATCH_MAX_FILES
+                    or 4 * len(changed) > len(self._records)):
                 candidates = None
             else:
                 for path in sorted(changed):
