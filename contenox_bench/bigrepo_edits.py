@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ BODY_LINE = "_bench_edit = 1"
 MAX_FILE_BYTES = 128 * 1024  # realistic editing targets; a huge file's parse is its own story
 _DEF = re.compile(r"^\s*(async\s+)?def\s+\w+\s*\(")
 _Fn = ast.FunctionDef | ast.AsyncFunctionDef
+_SHOWN_DEF = re.compile(r"^\s+(?:async\s+)?def\s+(\w+)")
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,15 @@ def _n_args(n: _Fn) -> int:
     return len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
 
 
-def signature_edit(path: str, source: str) -> Edit | None:
-    """One more parameter on the first function whose ``def`` line holds its whole parameter
-    list (the map shows it: the file's outline changes)."""
+def signature_edit(path: str, source: str, prefer: Collection[str] = ()) -> Edit | None:
+    """One more parameter on the first function (named in ``prefer`` if any is) whose ``def``
+    line holds its whole parameter list (the file's outline changes)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
     lines = source.splitlines(keepends=True)
-    for fn in _functions(tree):
+    for fn in sorted(_functions(tree), key=lambda f: f.name not in prefer):  # stable
         text_line = lines[fn.lineno - 1]
         cols = _params(text_line)
         if cols is None:
@@ -129,13 +130,30 @@ def body_edit(path: str, source: str) -> Edit | None:
     return None
 
 
+def shown_functions(map_text: str, root: str) -> dict[str, set[str]]:
+    """The functions a repo map shows, by absolute path (``root`` + the map's file headers)."""
+    out: dict[str, set[str]] = {}
+    names: set[str] | None = None
+    for line in map_text.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            names = out.setdefault(str(Path(root) / line[:-1]), set())
+        elif names is not None and (m := _SHOWN_DEF.match(line)):
+            names.add(m.group(1))
+    return {path: found for path, found in out.items() if found}
+
+
 def pick(paths: Sequence[str], n: int, seed: int, make: Callable[[str, str], Edit | None],
-         exclude: set[str] | frozenset[str] = frozenset()) -> list[Edit]:
-    """Up to ``n`` edits made by ``make`` on different files, in a seeded order."""
-    order = sorted(p for p in paths if p.endswith(".py") and p not in exclude)
-    random.Random(seed).shuffle(order)
+         exclude: Collection[str] = (), first: Sequence[str] = ()) -> list[Edit]:
+    """Up to ``n`` edits made by ``make`` on different files: files of ``first`` before the
+    others, each group in a seeded order."""
+    rng = random.Random(seed)
+    ahead = sorted(p for p in set(first) if p.endswith(".py") and p not in exclude)
+    rng.shuffle(ahead)
+    rest = sorted(p for p in paths if p.endswith(".py") and p not in exclude
+                  and p not in set(ahead))
+    rng.shuffle(rest)
     out: list[Edit] = []
-    for path in order:
+    for path in ahead + rest:
         if len(out) >= n:
             break
         p = Path(path)

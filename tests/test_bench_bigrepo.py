@@ -73,6 +73,19 @@ def test_edits_are_single_insertions_that_keep_the_module_valid(tmp_path: Path) 
     picked = bigrepo_edits.pick(files, 5, 0, bigrepo_edits.signature_edit)
     assert sorted(e.path for e in picked) == [files[0], files[2]]  # f1 has no function
     assert bigrepo_edits.pick(files, 5, 0, bigrepo_edits.signature_edit) == picked
+    assert [e.path for e in bigrepo_edits.pick(files, 1, 0, bigrepo_edits.signature_edit,
+                                               first=[files[2]])] == [files[2]]
+    # The functions a map shows are edited first where asked.
+    shown = bigrepo_edits.shown_functions(
+        "f0.py:\n  class A:\n    def two(*args, **kw):\nREADME.md\nf2.py:\n  def g():\n",
+        str(tmp_path))
+    assert shown == {files[0]: {"two"}, files[2]: {"g"}}
+    two_defs = "def f(x):\n    pass\n\n\ndef g(y):\n    pass\n"
+    preferred = bigrepo_edits.signature_edit("p.py", two_defs, {"g"})
+    assert preferred is not None and "def g(y, bench_extra: int = 0):" in preferred.text
+    # A shown function that cannot take one more parameter: another one is edited.
+    fallback = bigrepo_edits.signature_edit(files[0], source, shown[files[0]])
+    assert fallback is not None and fallback.function == "one"
 
 
 def test_sections_option() -> None:
