@@ -60,6 +60,19 @@ class RestartConfig:
 
 
 @dataclass(frozen=True)
+class BigRepoConfig:
+    """The bigrepo section: the repository index on N copied Python files (issue 32)."""
+
+    sizes: tuple[int, ...] = (2000, 8000, 20000)  # files of each synthetic workspace
+    edits: int = 20  # signature edits (and as many body edits), each on another file
+    focus_changes: int = 3  # maps with a new focus file (each a new ranking)
+    map_tokens: int = 1024  # the server's default repoMapTokens
+    seed: int = 0  # package order of the workspace, choice of the edited files
+    source: str | None = None  # folder of .py files to copy (default: site-packages)
+    child_timeout_s: float = 1800.0  # hang guard per phase, not a timing
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     mode: str
     n_ctx: int
@@ -92,6 +105,7 @@ class BenchConfig:
     restart: RestartConfig = field(default_factory=RestartConfig)
     next_edit: NextEditConfig = field(default_factory=NextEditConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    bigrepo: BigRepoConfig = field(default_factory=BigRepoConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +161,7 @@ QUICK = replace(
     restart=RestartConfig(sizes=(768,)),
     next_edit=NextEditConfig(tasks=1),
     fleet=FleetConfig(enabled=False),
+    bigrepo=BigRepoConfig(sizes=(200, 500, 1000), edits=5, focus_changes=1),
 )
 
 FULL = replace(

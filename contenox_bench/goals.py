@@ -29,6 +29,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _schedule(sections.get("schedule", {})),
         *_next_edit(sections.get("next_edit", {})),
         *_fleet(sections.get("fleet", {})),
+        *_bigrepo(sections.get("bigrepo", {})),
     ]
 
 
@@ -224,6 +225,33 @@ def _fleet(sec: dict[str, Any]) -> list[dict[str, Any]]:
               {k: kill[k] for k in ("failed_asks", "planned_asks", "misses", "idle_misses",
                                     "retries")}),
     ]
+
+
+def _bigrepo(sec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The repository index on a big workspace (section 13), judged at its largest size."""
+    from contenox_bench import bigrepo
+
+    texts = {f"bigrepo_{k}": f"{bigrepo.GOAL_FILES:,}-file workspace: {v}"
+             for k, v in bigrepo.GOAL_TEXTS.items() if k != "first_answer"}
+    row = bigrepo.goal_row(sec)
+    if row is None:
+        return [_not_measured(gid, text, sec) for gid, text in texts.items()]
+    note = "" if row["files"] >= bigrepo.GOAL_FILES else (
+        f"measured on {row['files']:,} files, not the goal's {bigrepo.GOAL_FILES:,}")
+    sig = row["signature"]
+    measured = {
+        "bigrepo_cold_build": (f"{row['cold_build_s']:.1f} s", row["cold_build_s"]),
+        "bigrepo_restart": (f"{row['restart_build_s']:.2f} s", row["restart_build_s"]),
+        "bigrepo_signature_map": (f"p95 {_f(sig['map_p95_ms'], 1)} ms (p50 "
+                                  f"{_f(sig['map_p50_ms'], 1)} ms, {sig['n']} edits)",
+                                  sig["map_p95_ms"]),
+        "bigrepo_rss": (f"{row['peak_rss_bytes'] / 2**20:,.0f} MiB"
+                        if row["peak_rss_bytes"] is not None else "not measured",
+                        row["peak_rss_bytes"]),
+    }
+    return [_goal(gid, text, row["goals"][gid.removeprefix("bigrepo_")], measured[gid][0],
+                  {"value": measured[gid][1], "files": row["files"]}, note)
+            for gid, text in texts.items()]
 
 
 def _snapshot(runtime: dict[str, Any]) -> dict[str, Any]:

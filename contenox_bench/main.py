@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ log = logging.getLogger("contenox.bench")
 
 EXIT_OK, EXIT_FAILED, EXIT_MISSING_DEPENDENCY, EXIT_INTERRUPTED = 0, 1, 2, 130
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule", "next_edit", "fleet")
+            "remote", "schedule", "next_edit", "fleet", "bigrepo")
+NOT_SELECTED = "skipped: not selected (--sections)"
 
 
 def _have_matplotlib() -> bool:
@@ -54,7 +56,38 @@ def _section(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"status": f"failed: {type(exc).__name__}: {exc}"}
 
 
+def selected_sections(spec: str | None) -> tuple[str, ...]:
+    """The sections ``--sections a,b`` names (all when None); an unknown name is an error."""
+    from contenox_lsp.errors import InputError
+
+    if spec is None:
+        return SECTIONS
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise InputError(f"--sections takes names from {', '.join(SECTIONS)}",
+                         sections=spec)
+    return tuple(n for n in SECTIONS if n in names)
+
+
+def _sizes(spec: str | None) -> tuple[int, ...] | None:
+    from contenox_lsp.errors import InputError
+
+    if spec is None:
+        return None
+    try:
+        sizes = tuple(int(x) for x in spec.split(",") if x.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or any(n <= 0 for n in sizes):
+        raise InputError("--bigrepo-sizes must be positive integers, comma-separated",
+                         sizes=spec)
+    return sizes
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    chosen = selected_sections(getattr(args, "sections", None))
+    bigrepo_sizes = _sizes(getattr(args, "bigrepo_sizes", None))
     if not _have_matplotlib():
         print("contenox-lsp bench: matplotlib is required for the plots; install it with "
               "`pip install 'contenox-lsp[bench]'` (or `pip install matplotlib`)",
@@ -64,6 +97,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from contenox_bench import (
         applicable,
         backends,
+        bigrepo,
         curve,
         drift,
         fleet_bench,
@@ -92,6 +126,8 @@ def run_bench(args: argparse.Namespace) -> int:
         # bury the progress bar; --log-level info/debug shows them again.
         logging.getLogger("contenox.llama_cpp").setLevel(logging.ERROR)
     cfg = for_mode(bool(getattr(args, "quick", False)), bool(getattr(args, "full", False)))
+    if bigrepo_sizes is not None:
+        cfg = replace(cfg, bigrepo=replace(cfg.bigrepo, sizes=bigrepo_sizes))
     profile, overrides = bench_profile(getattr(args, "profile", None),
                                        getattr(args, "model", None), cfg.n_ctx)
     out = Path(getattr(args, "out", None) or "bench-out")
@@ -99,12 +135,11 @@ def run_bench(args: argparse.Namespace) -> int:
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     load0 = _loadavg()
-    progress = Progress(runtime.planned_units(cfg) + curve.planned_units(cfg)
-                        + trace.planned_units(cfg) + scaling.planned_units(cfg)
-                        + backends.planned_units(cfg) + drift.planned_units(cfg)
-                        + typing_trace.planned_units(cfg) + restart.planned_units(cfg)
-                        + remote_bench.planned_units(cfg) + schedule.planned_units(cfg)
-                        + next_edit_trace.planned_units(cfg) + fleet_bench.planned_units(cfg))
+    planned = {"runtime": runtime, "curve": curve, "trace": trace, "scaling": scaling,
+               "backends": backends, "drift": drift, "typing": typing_trace,
+               "restart": restart, "remote": remote_bench, "schedule": schedule,
+               "next_edit": next_edit_trace, "fleet": fleet_bench, "bigrepo": bigrepo}
+    progress = Progress(sum(planned[n].planned_units(cfg) for n in chosen))
     sections: dict[str, dict[str, Any]] = {}
     facts: dict[str, Any] = {"model": "?", "backend": profile.backend}
 
@@ -138,8 +173,18 @@ def run_bench(args: argparse.Namespace) -> int:
         return result
 
     def run_section(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        if name not in chosen:
+            sections[name] = {"status": NOT_SELECTED}
+            return
         sections[name] = _section(name, fn)
         write("pending (the run is still going, or stopped before this section)", final=False)
+
+    def wanted(*names: str) -> bool:
+        # A model session is loaded only for sections that run in it.
+        return any(n in chosen for n in names)
+
+    def skip(*names: str) -> None:
+        sections.update((n, {"status": NOT_SELECTED}) for n in names)
 
     # SIGTERM (a CI timeout, kill) ends the run like Ctrl-C: the partial report is written.
     _STOP.clear()
@@ -148,34 +193,43 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="contenox-bench-") as tmp_name:
             tmp = Path(tmp_name)
-            progress.note("loading the model")
-            with open_session(profile) as session:
-                facts["backend"] = applicable.backend_of(session)
-                facts["model"] = str(getattr(session, "model_description", profile.model))
-                corpus = Corpus(session)
-                # The engine-vs-bare-loop pairs compare with llama.cpp: loaded only where they
-                # apply (elsewhere the runtime section records why not).
-                bare_model = (BareModel(str(resolve_model_path(profile)), profile)
-                              if applicable.bare_loop(session) is None else None)
-                try:
-                    run_section("runtime", lambda: runtime.run(
-                        session, bare_model, corpus, cfg, tmp, progress))
-                finally:
-                    if bare_model is not None:
-                        bare_model.close()
-                step_ms = _decode_step_ms(sections["runtime"])
-                run_section("curve", lambda: curve.run(session, corpus, cfg, step_ms, progress))
+            if wanted("runtime", "curve"):
+                progress.note("loading the model")
+                with open_session(profile) as session:
+                    facts["backend"] = applicable.backend_of(session)
+                    facts["model"] = str(getattr(session, "model_description", profile.model))
+                    corpus = Corpus(session)
+                    # The engine-vs-bare-loop pairs compare with llama.cpp: loaded only where
+                    # they apply (elsewhere the runtime section records why not).
+                    bare_model = (BareModel(str(resolve_model_path(profile)), profile)
+                                  if wanted("runtime") and applicable.bare_loop(session) is None
+                                  else None)
+                    try:
+                        run_section("runtime", lambda: runtime.run(
+                            session, bare_model, corpus, cfg, tmp, progress))
+                    finally:
+                        if bare_model is not None:
+                            bare_model.close()
+                    step_ms = _decode_step_ms(sections["runtime"])
+                    run_section("curve", lambda: curve.run(session, corpus, cfg, step_ms,
+                                                           progress))
+            else:
+                skip("runtime", "curve")
             # The servers of the trace load their own model: this session is closed meanwhile.
             profile_file = write_toml(profile, tmp / "bench-profile.toml")
             run_section("trace", lambda: trace.run(
                 cfg, profile, profile_file, getattr(args, "workspace", None), out, tmp,
                 progress))
-            with open_session(profile) as session:
-                corpus = Corpus(session)
-                run_section("scaling", lambda: scaling.run(session, corpus, cfg, tmp, progress))
-                # The same session next to a llama-server on the same prompts (issue 18).
-                run_section("remote", lambda: remote_bench.run(session, corpus, cfg, tmp,
+            if wanted("scaling", "remote"):
+                with open_session(profile) as session:
+                    corpus = Corpus(session)
+                    run_section("scaling", lambda: scaling.run(session, corpus, cfg, tmp,
                                                                progress))
+                    # The same session next to a llama-server on the same prompts (issue 18).
+                    run_section("remote", lambda: remote_bench.run(session, corpus, cfg, tmp,
+                                                                   progress))
+            else:
+                skip("scaling", "remote")
             # Each backend loads the model in a child process of its own (peak memory).
             run_section("backends", lambda: backends.run(
                 profile, cfg, getattr(args, "openvino_model_dir", None), out, tmp, progress))
@@ -188,6 +242,8 @@ def run_bench(args: argparse.Namespace) -> int:
             run_section("next_edit", lambda: next_edit_trace.run(
                 cfg, profile, profile_file, out, tmp, progress))
             run_section("fleet", lambda: fleet_bench.run(cfg, profile, tmp, progress))
+            # No model: the repository index alone, in child processes (issue 32).
+            run_section("bigrepo", lambda: bigrepo.run(cfg, tmp, progress))
     except KeyboardInterrupt:
         write("interrupted", final=True)
         print(f"contenox-lsp bench: interrupted; partial report in {out / 'report.md'}",

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contenox_bench import fleet_bench, remote_bench, schedule
+from contenox_bench import bigrepo, fleet_bench, remote_bench, schedule
 from contenox_bench.applicable import is_not_applicable
 
 SCHEMA_VERSION = 1
@@ -105,6 +105,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += schedule.markdown(s.get("schedule", {"status": "not run"}))
     lines += _next_edit(s.get("next_edit", {"status": "not run"}))
     lines += fleet_bench.markdown(s.get("fleet", {"status": "not run"}))
+    lines += bigrepo.markdown(s.get("bigrepo", {"status": "not run"}))
     if r.get("plots"):
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in r["plots"].items()] + [""]
     return "\n".join(lines)

@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="OpenVINO IR folder for the backends section (default: the cached int8 conversion)",
     )
+    bench.add_argument(
+        "--sections",
+        metavar="NAME,NAME",
+        help="run only these sections (e.g. bigrepo); the others are reported as skipped",
+    )
+    bench.add_argument(
+        "--bigrepo-sizes",
+        metavar="N,N,N",
+        help="file counts of the bigrepo section's workspaces (default 2000,8000,20000)",
+    )
 
     ev = sub.add_parser("eval", help="measure the assembled context against ground truth")
     ev_sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)

@@ -13,28 +13,32 @@ from repo_index.symbols import FileSymbols
 
 def _apply(
     table: dict[str, dict[str, int]], path: str, old: Counter[str], new: Counter[str]
-) -> int:
-    """Move ``path``'s row in ``table`` from ``old`` to ``new`` counts; the number of names
-    whose count changed. Only changed names are touched: an edit changes few of a file's."""
+) -> tuple[int, int]:
+    """Move ``path``'s row in ``table`` from ``old`` to ``new`` counts: (the number of names
+    whose count changed, entries added minus removed). Only changed names are touched: an
+    edit changes few of a file's."""
     if dict.__eq__(old, new):  # C-level; Counter.__eq__ is a Python generator
-        return 0
-    changed = 0
+        return 0, 0
+    changed = entries = 0
     for name in old.keys() | new.keys():
         n = new.get(name, 0)
-        if old.get(name, 0) == n:
+        was = old.get(name, 0)
+        if was == n:
             continue
         changed += 1
         row = table.get(name)
         if n:
+            entries += not was
             if row is None:
                 table[name] = {path: n}
             else:
                 row[path] = n
         elif row is not None:
+            entries -= 1
             row.pop(path, None)
             if not row:
                 del table[name]
-    return changed
+    return changed, entries
 
 
 def _fill(table: dict[str, dict[str, int]], path: str, counts: Counter[str]) -> None:
@@ -60,6 +64,7 @@ class SymbolGraph:
         self.version = 0  # bumps on any change
         self.file_set_version = 0  # bumps when a file appears or disappears
         self.churn = 0  # names whose definitions or reference counts changed, cumulative
+        self._used_entries = 0  # (file, name) entries of ``used``: size() without a scan
 
     def __contains__(self, path: str) -> bool:
         return path in self._files
@@ -79,11 +84,14 @@ class SymbolGraph:
             _fill(self.defined, path, new[0])
             _fill(self.outline, path, new[1])
             _fill(self.used, path, new[2])
+            self._used_entries += len(new[2])
             self.file_set_version += 1
         else:
             _apply(self.defined, path, old[0], new[0])
-            changed = _apply(self.outline, path, old[1], new[1])
-            changed += _apply(self.used, path, old[2], new[2])
+            changed = _apply(self.outline, path, old[1], new[1])[0]
+            used_changed, entries = _apply(self.used, path, old[2], new[2])
+            changed += used_changed
+            self._used_entries += entries
             if not changed and dict.__eq__(old[0], new[0]):
                 return False
             self.churn += changed
@@ -97,11 +105,12 @@ class SymbolGraph:
             return False
         _apply(self.defined, path, old[0], _EMPTY)
         _apply(self.outline, path, old[1], _EMPTY)
-        _apply(self.used, path, old[2], _EMPTY)
+        self._used_entries += _apply(self.used, path, old[2], _EMPTY)[1]
         self.version += 1
         self.file_set_version += 1
         return True
 
     def size(self) -> int:
-        """Number of (file, name) reference entries: the scale churn is measured against."""
-        return sum(len(row) for row in self.used.values())
+        """Number of (file, name) reference entries: the scale churn is measured against.
+        Kept as a count: ``RepoIndex`` asks after every edit that changed references."""
+        return self._used_entries

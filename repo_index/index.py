@@ -42,6 +42,10 @@ PathLike = str | os.PathLike[str]
 _CHURN_SHARE = 0.01
 _CHURN_MIN = 25
 _RANKINGS_KEPT = 4
+# Paths whose outline changed, remembered so that a map patches its candidates file by file.
+_OUTLINE_LOG_MAX = 4096
+# Past this many changed files (or a quarter of the workspace) a rebuild is cheaper.
+_PATCH_MAX_FILES = 256
 
 
 @dataclass
@@ -54,6 +58,7 @@ class IndexStats:
     region: int = 0  # updates parsed incrementally and re-extracted only around the edit
     unchanged: int = 0  # updates whose text was identical
     rankings: int = 0  # PageRank computations
+    candidate_builds: int = 0  # map candidates scored for every file (else: patched per file)
     cache_loads: int = 0
     cache_saves: int = 0
 
@@ -111,6 +116,9 @@ class RepoIndex:
         self._graph: SymbolGraph | None = None  # built on first use
         self._rankings: OrderedDict[tuple[Any, ...], _Ranked] = OrderedDict()
         self._outline_version = 0  # bumps whenever anything the map could show changes
+        # The path of each bump since version ``_outline_log_start`` (see _outline_changed).
+        self._outline_log: list[str] = []
+        self._outline_log_start = 0
         self._selection: dict[int, list[ItemKey]] = {}  # budget -> last map's items
         self._dirty = False
         self.rescan_needed = False  # an ignore file changed: call build() to re-walk
@@ -189,7 +197,7 @@ class RepoIndex:
             del self._docs[path]
         self._graph = None
         self._rankings.clear()
-        self._outline_version += 1
+        self._outline_changed(None)
         self.stats.reused += reused
         if jobs or not cache_loaded or cached.keys() != found.keys() | binaries.keys():
             self._dirty = True
@@ -371,7 +379,7 @@ class RepoIndex:
         self._dirty = True
         outline_changed = old is None or old.outline() != new.outline()
         if outline_changed:
-            self._outline_version += 1
+            self._outline_changed(path)
         if self._graph is not None:
             graph_changed = self._graph.set_file(path, new.symbols)
         elif old is not None and old.symbols is not None and new.symbols is not None:
@@ -401,8 +409,24 @@ class RepoIndex:
         self._dirty = True
         if self._graph is not None:
             self._graph.remove_file(path)
-        self._outline_version += 1
+        self._outline_changed(path)
         return True
+
+    def _outline_changed(self, path: str | None) -> None:
+        """What the map could show changed, in ``path`` (None: anywhere)."""
+        self._outline_version += 1
+        if path is None or len(self._outline_log) >= _OUTLINE_LOG_MAX:
+            # Maps built before now cannot know what changed: they rebuild their candidates.
+            self._outline_log.clear()
+            self._outline_log_start = self._outline_version
+        else:
+            self._outline_log.append(path)
+
+    def _outline_changes_since(self, version: int) -> set[str] | None:
+        """Paths whose outline changed after ``version``; None when not known."""
+        if version < self._outline_log_start:
+            return None
+        return set(self._outline_log[version - self._outline_log_start :])
 
     def _admits(self, path: str) -> bool:
         root = self._ws.root_of(path)
@@ -444,16 +468,36 @@ class RepoIndex:
             focus = sorted({p for f in focus_files if (p := self._ws.normalize(f)) is not None})
             idents = sorted(set(focus_idents))
             ranked = self._ranked(focus, idents, stable)
-            if ranked.candidates is None or ranked.outline_version != self._outline_version:
-                views = [FileView(r.path, r.display, r.symbols) for r in self._records.values()]
-                ranked.candidates = Candidates(views, ranked.ranking, idents)
-                ranked.outline_version = self._outline_version
+            candidates = self._candidates(ranked, idents)
             incumbents = self._selection.get(budget_tokens, []) if stable else []
-            result, selected = render(ranked.candidates, budget_tokens, count_tokens, incumbents)
+            result, selected = render(candidates, budget_tokens, count_tokens, incumbents)
             if stable and self._selection.get(budget_tokens) != selected:
                 self._selection[budget_tokens] = selected
                 self._dirty = True
             return result
+
+    def _candidates(self, ranked: _Ranked, idents: list[str]) -> Candidates:
+        """``ranked``'s candidates, brought up to the current outlines: the files changed
+        since are swapped in one by one (a signature edit costs one file, not the
+        workspace); after a build, or when too much changed, they are scored afresh."""
+        candidates = ranked.candidates
+        if candidates is not None and ranked.outline_version != self._outline_version:
+            changed = self._outline_changes_since(ranked.outline_version)
+            if (changed is None or len(changed) > _PATCH_MAX_FILES
+                    or 4 * len(changed) > len(self._records)):
+                candidates = None
+            else:
+                for path in sorted(changed):
+                    r = self._records.get(path)
+                    view = FileView(r.path, r.display, r.symbols) if r is not None else None
+                    candidates.replace(path, view)
+        if candidates is None:
+            views = [FileView(r.path, r.display, r.symbols) for r in self._records.values()]
+            candidates = Candidates(views, ranked.ranking, idents)
+            self.stats.candidate_builds += 1
+        ranked.candidates = candidates
+        ranked.outline_version = self._outline_version
+        return candidates
 
     def _ensure_graph(self) -> SymbolGraph:
         if self._graph is None:

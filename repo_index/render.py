@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from repo_index.rank import Ranking
@@ -31,6 +31,9 @@ FILE_SHARE = 0.01  # a bare file name ranks well below its definitions
 PRIVATE_FACTOR = 0.1
 FOCUS_IDENT_FACTOR = 100.0  # a definition named in the user's question
 MAX_MISSES = 200  # stop looking for something that still fits after this many misses
+# Replaced files are folded into the sorted base past these (a sort of every item: rare).
+COMPACT_FILES = 256
+COMPACT_ITEMS = 16_384
 _NEVER = -(10**9)
 
 ItemKey = tuple[str, ...]
@@ -68,46 +71,105 @@ def _bucket(score: float) -> int:
 
 
 class Candidates:
-    """Every showable item with its quantized score, best first (built once per ranking)."""
+    """Every showable item with its quantized score, best first (built once per ranking).
+
+    A file whose outline changed is swapped in with ``replace`` instead of a rebuild: its
+    items are scored against the same ranking, so the stream equals a fresh build's (items
+    are unique, ordered by a total key), at a cost of one file rather than the workspace's."""
 
     def __init__(
         self, files: Iterable[FileView], ranking: Ranking, focus_idents: Collection[str] = ()
     ) -> None:
+        self.ranking = ranking
+        self.focus_idents = focus_idents
         self.views: dict[str, FileView] = {}
-        items: list[_Candidate] = []
+        self.by_key: dict[ItemKey, _Candidate] = {}
+        self._of: dict[str, list[_Candidate]] = {}  # path -> its items
+        base: list[_Candidate] = []
         for view in files:
-            self.views[view.path] = view
-            file_rank = ranking.files.get(view.path, 0.0)
-            items.append(
-                (-_bucket(FILE_SHARE * file_rank), view.display, -1, view.path, -1, (view.path,))
-            )
-            symbols = view.symbols
-            if symbols is None or not symbols.defs:
-                continue
-            visible = symbols.visible()
-            shown = sum(visible)
-            if not shown:
-                continue
-            parents = symbols.parents()
-            base = DEF_BASE_SHARE * file_rank / shown
-            seen: dict[tuple[str, str, str], int] = {}
-            for i, d in enumerate(symbols.defs):
-                if not visible[i]:
-                    continue
-                score = ranking.names.get((view.path, d.name), 0.0) + base
-                if d.name.startswith("_"):
-                    score *= PRIVATE_FACTOR
-                if d.name in focus_idents:
-                    score *= FOCUS_IDENT_FACTOR
-                parent = symbols.defs[parents[i]].name if parents[i] >= 0 else ""
-                ident = (parent, d.name, d.kind)
-                ordinal = seen.get(ident, 0)
-                seen[ident] = ordinal + 1
-                key = (view.path, parent, d.name, d.kind, str(ordinal))
-                items.append((-_bucket(score), view.display, d.name_byte, view.path, i, key))
-        items.sort()
-        self.items = items
-        self.by_key = {item[5]: item for item in items}
+            base += self._add(view)
+        base.sort()
+        self._base = base
+        # Files replaced since the base was sorted: their base items are skipped, their
+        # current ones wait in ``_fresh`` (sorted) and are merged in while streaming.
+        self._stale: set[str] = set()
+        self._fresh: list[_Candidate] = []
+
+    def _add(self, view: FileView) -> list[_Candidate]:
+        own = _file_items(view, self.ranking, self.focus_idents)
+        self.views[view.path] = view
+        self._of[view.path] = own
+        for item in own:
+            self.by_key[item[5]] = item
+        return own
+
+    def replace(self, path: str, view: FileView | None) -> None:
+        """``path`` now looks like ``view`` (None: it is gone)."""
+        for item in self._of.pop(path, ()):
+            del self.by_key[item[5]]
+        self.views.pop(path, None)
+        self._stale.add(path)
+        fresh = [item for item in self._fresh if item[3] != path]
+        if view is not None:
+            fresh += self._add(view)
+        fresh.sort()  # two sorted runs: linear
+        self._fresh = fresh
+        if len(self._stale) > COMPACT_FILES or len(fresh) > COMPACT_ITEMS:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Fold the replaced files into the base (rare: bounded by the thresholds)."""
+        stale = self._stale
+        merged = [item for item in self._base if item[3] not in stale]
+        merged += self._fresh
+        merged.sort()
+        self._base, self._stale, self._fresh = merged, set(), []
+
+    def ordered(self) -> Iterator[_Candidate]:
+        """Every item, best first."""
+        if not self._stale:
+            return iter(self._base)
+        stale = self._stale
+        return heapq.merge((item for item in self._base if item[3] not in stale), self._fresh)
+
+    @property
+    def items(self) -> list[_Candidate]:
+        return list(self.ordered())
+
+
+def _file_items(
+    view: FileView, ranking: Ranking, focus_idents: Collection[str]
+) -> list[_Candidate]:
+    """The items of one file: its bare name and each outline definition, scored."""
+    file_rank = ranking.files.get(view.path, 0.0)
+    items: list[_Candidate] = [
+        (-_bucket(FILE_SHARE * file_rank), view.display, -1, view.path, -1, (view.path,))
+    ]
+    symbols = view.symbols
+    if symbols is None or not symbols.defs:
+        return items
+    visible = symbols.visible()
+    shown = sum(visible)
+    if not shown:
+        return items
+    parents = symbols.parents()
+    base = DEF_BASE_SHARE * file_rank / shown
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, d in enumerate(symbols.defs):
+        if not visible[i]:
+            continue
+        score = ranking.names.get((view.path, d.name), 0.0) + base
+        if d.name.startswith("_"):
+            score *= PRIVATE_FACTOR
+        if d.name in focus_idents:
+            score *= FOCUS_IDENT_FACTOR
+        parent = symbols.defs[parents[i]].name if parents[i] >= 0 else ""
+        ident = (parent, d.name, d.kind)
+        ordinal = seen.get(ident, 0)
+        seen[ident] = ordinal + 1
+        key = (view.path, parent, d.name, d.kind, str(ordinal))
+        items.append((-_bucket(score), view.display, d.name_byte, view.path, i, key))
+    return items
 
 
 class _Plan:
@@ -203,7 +265,7 @@ def _stream(candidates: Candidates, incumbents: Iterable[ItemKey]) -> Iterable[_
         if (item := candidates.by_key.get(key)) is not None
     )
     seen: set[ItemKey] = set()
-    for item in heapq.merge(lifted, candidates.items):
+    for item in heapq.merge(lifted, candidates.ordered()):
         key = item[5]
         if key in seen:
             continue

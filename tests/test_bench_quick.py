@@ -17,13 +17,14 @@ import pytest
 pytest.importorskip("matplotlib")
 
 SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing", "restart",
-            "remote", "schedule", "next_edit", "fleet")
+            "remote", "schedule", "next_edit", "fleet", "bigrepo")
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
          "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft",
          "engine_vs_llama_server", "exact_schedule_speed", "next_edit_prefill",
          "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup", "fleet_affinity",
-         "fleet_failover"}
+         "fleet_failover", "bigrepo_cold_build", "bigrepo_restart", "bigrepo_signature_map",
+         "bigrepo_rss"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -130,7 +131,7 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
                   "## 5. Backends: llama.cpp vs OpenVINO",
                   "## 6. Drift: warm vs cold per reuse path",
                   "## 7. Typing trace: inline completion", "## 8. Restart and follow-up",
-                  "## Schedule: what exact reuse costs"):
+                  "## Schedule: what exact reuse costs", "## 13. Big repositories"):
         assert title in md
 
 
