@@ -11,6 +11,11 @@ segments A–D (system, tools, policy, instructions) and the question with its t
 It is split by ``ContextSplit``: the repo map's share, then the cursor context, and the code
 segments get the rest. Two systems run side by side: ``map`` (the repo map alone, round 1's
 context) and ``map+code`` (with segment J).
+
+Leave-one-repository-out (``shares``): ``map+code`` also runs with each repo-map share of the
+grid; for each repository the share that scores best on the *other* repositories' tasks is
+the one its own tasks are scored with (``loro``). That held-out figure is what carries to a
+repository nobody tuned for; the in-sample one (the default split) is reported beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGETS = (1024, 2048, 4096)
 MEASURES = ("file_recall", "def_located", "body_present")
 SYSTEMS = ("map", "map+code")
+#: The repo-map shares leave-one-repository-out chooses from (``--loro``).
+LORO_SHARES = (0.1, 0.2, 0.35, 0.5)
+#: What a share is chosen by: the mean over the budgets of these measures.
+LORO_OBJECTIVE = ("def_located", "body_present")
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,12 @@ def _fixed_and_cursor(asm: Assembly) -> tuple[int, int]:
     return fixed + user.n_tokens - asm.question_offset, asm.question_offset + cursor
 
 
+def _share_key(budget: int, share: float) -> str:
+    return f"map+code@{budget}/share={share:g}"
+
+
 def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],
-              split: ContextSplit) -> dict[str, Any]:
+              split: ContextSplit, shares: Sequence[float] = ()) -> dict[str, Any]:
     from contenox_lsp.code_segment import CodeBudget as Budget
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
@@ -129,7 +142,16 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
                 "build_ms": times[1],
                 "tokens_beside_question": asm.n_tokens - fixed,
             }
-    return {"id": task["id"], "index_s": index_s, "results": rows}
+    for share in shares:
+        for budget in budgets:
+            map_tokens, code_budget = ContextSplit(share).split(budget, cursor, True)
+            asm = assemble_turn(state, turn, index, session, map_tokens=map_tokens,
+                                answer_tokens=max(0, n_ctx - fixed - budget - 32),
+                                finder=finder, code_budget=code_budget)
+            rows[_share_key(budget, share)] = {**score(asm, task),
+                                               "tokens_beside_question": asm.n_tokens - fixed}
+    return {"id": task["id"], "repo": task.get("repo") or task["id"].rsplit("-", 1)[0],
+            "index_s": index_s, "results": rows}
 
 
 def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
@@ -147,6 +169,60 @@ def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> 
             entry["build_ms"] = {"p50": percentile(ms, 50), "p95": percentile(ms, 95)}
             table[key] = entry
     return table
+
+
+def _measure(per_task: Sequence[Mapping[str, Any]], key: str, m: str) -> list[float]:
+    return [x for t in per_task if (x := t["results"][key][m]) is not None]
+
+
+def loro(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int],
+         shares: Sequence[float]) -> dict[str, Any]:
+    """Leave-one-repository-out over the repo-map share: per repository, the share that
+    scores best (``LORO_OBJECTIVE``) on the other repositories' tasks, and its own tasks'
+    scores with it; pooled over every task, with 95% intervals."""
+    repos = sorted({t["repo"] for t in per_task})
+    chosen: dict[str, float] = {}
+    held_out: list[dict[str, Any]] = []
+    for repo in repos:
+        train = [t for t in per_task if t["repo"] != repo]
+
+        def objective(share: float, train: Sequence[Mapping[str, Any]] = train) -> float:
+            xs = [mean(_measure(train, _share_key(b, share), m))
+                  for b in budgets for m in LORO_OBJECTIVE]
+            return sum(xs) / len(xs)
+
+        # Ties go to the smaller map (more room for code), so the choice is deterministic.
+        best = max(sorted(shares), key=objective) if train else ContextSplit().map_share
+        chosen[repo] = best
+        for t in per_task:
+            if t["repo"] == repo:
+                held_out.append({"results": {f"map+code@{b}": t["results"][_share_key(b, best)]
+                                             for b in budgets}})
+    table: dict[str, Any] = {}
+    for b in budgets:
+        entry: dict[str, Any] = {}
+        for m in MEASURES:
+            xs = _measure(held_out, f"map+code@{b}", m)
+            lo, hi = bootstrap(xs)
+            entry[m] = {"mean": mean(xs), "ci95": [lo, hi], "tasks": len(xs)}
+        table[f"map+code@{b}"] = entry
+    return {"shares": list(shares), "objective": list(LORO_OBJECTIVE), "chosen": chosen,
+            "summary": table}
+
+
+def format_loro(result: Mapping[str, Any], budgets: Sequence[int]) -> str:
+    chosen = result["chosen"]
+    picks = ", ".join(f"{r}: {s:g}" for r, s in chosen.items())
+    lines = ["", f"Leave-one-repository-out over the repo-map share ({len(chosen)} "
+             f"repositories; share chosen on the others: {picks})", "",
+             "| system | budget | file recall | def located | body present |",
+             "|---|---|---|---|---|"]
+    for b in budgets:
+        e = result["summary"][f"map+code@{b}"]
+        cells = [f"{e[m]['mean']:.2f} [{e[m]['ci95'][0]:.2f}, {e[m]['ci95'][1]:.2f}]"
+                 for m in MEASURES]
+        lines.append(f"| map+code, held out | {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int) -> str:
@@ -176,9 +252,11 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
 
 
 def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
-        split: ContextSplit | None = None, only: Sequence[str] = ()) -> dict[str, Any]:
-    """Evaluate every task (or those in ``only``); writes ``context-eval.json`` and
-    ``context-eval.md`` under ``out`` and returns the JSON document."""
+        split: ContextSplit | None = None, only: Sequence[str] = (),
+        shares: Sequence[float] = ()) -> dict[str, Any]:
+    """Evaluate every task (or those in ``only``); with ``shares``, leave-one-repository-out
+    over them too. Writes ``context-eval.json`` and ``context-eval.md`` under ``out`` and
+    returns the JSON document."""
     split = split or ContextSplit()
     tasks = [t for t in load_tasks(tasks_path) if not only or t["id"] in only]
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +264,7 @@ def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
     with tempfile.TemporaryDirectory(prefix="ctxeval-") as scratch:
         for i, task in enumerate(tasks, 1):
             root = workspace_of(task, tasks_path.parent, Path(scratch))
-            per_task.append(eval_task(task, root, session, budgets, split))
+            per_task.append(eval_task(task, root, session, budgets, split, shares))
             logger.info("ctxeval %d/%d %s", i, len(tasks), task["id"])
     summary = summarize(per_task, budgets)
     doc = {
@@ -196,7 +274,11 @@ def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
         "summary": summary,
         "tasks": per_task,
     }
+    report = format_table(summary, budgets, len(per_task))
+    if shares:
+        held_out = loro(per_task, budgets, shares)
+        doc["loro"] = held_out
+        report += format_loro(held_out, budgets)
     (out / "context-eval.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    (out / "context-eval.md").write_text(format_table(summary, budgets, len(per_task)),
-                                         encoding="utf-8")
+    (out / "context-eval.md").write_text(report, encoding="utf-8")
     return doc

@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="tokens beside the question (default 1024,2048,4096)")
     ctx.add_argument("--task", action="append", default=[], metavar="ID",
                      help="only this task (repeatable)")
+    ctx.add_argument("--loro", action="store_true",
+                     help="also leave-one-repository-out over the repo map's share")
     ctx.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
     ne = ev_sub.add_parser(
         "next-edit", help="replay commits through the server; exact-region match and reversals "

@@ -55,3 +55,26 @@ def test_eval_context_scores_what_it_can(tmp_path: Path, llama_session: Any) -> 
     assert doc["summary"]["map+code@1024"]["file_recall"]["tasks"] == 2
     report = (tmp_path / "out" / "context-eval.md").read_text(encoding="utf-8")
     assert "body present over 1 tasks: 1 have no definition with a unique body line" in report
+
+
+def _row(def_located: float, body: float | None) -> dict[str, Any]:
+    return {"file_recall": 1.0, "def_located": def_located, "body_present": body}
+
+
+def test_leave_one_repository_out_scores_each_repository_with_the_others_choice() -> None:
+    """Repository ``a`` prefers share 0.1, ``b`` and ``c`` prefer 0.5: ``a`` is scored with
+    what ``b`` and ``c`` chose (0.5), which is worse for it; ``b`` with the 0.5 that ``a``
+    and ``c`` together favour."""
+    def task(repo: str, good: float) -> dict[str, Any]:
+        rows = {ctxeval._share_key(1024, s): _row(1.0 if s == good else 0.0,
+                                                  1.0 if s == good else 0.0)
+                for s in (0.1, 0.5)}
+        return {"id": f"{repo}-1", "repo": repo, "results": rows}
+
+    per_task = [task("a", 0.1), task("a", 0.1), task("b", 0.5), task("c", 0.5)]
+    out = ctxeval.loro(per_task, [1024], (0.1, 0.5))
+    assert out["chosen"] == {"a": 0.5, "b": 0.1, "c": 0.1}
+    held = out["summary"]["map+code@1024"]
+    assert held["def_located"]["mean"] == 0.0  # every repository held out loses here
+    assert held["body_present"]["tasks"] == 4
+    assert "held out" in ctxeval.format_loro(out, [1024])

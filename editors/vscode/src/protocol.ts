@@ -286,6 +286,8 @@ export interface CompletionStatus {
   lastPromptTokens: number | null;
   lastContextTokens: number | null;
   lastDecodeTokens: number | null;
+  /** Workspace-relative paths of the files the last prompt's repository part showed. */
+  lastContextFiles?: string[] | null;
   mode: string | null;
   /** `repository`: FIM in the model's repository layout; `plain` otherwise. */
   layout?: 'plain' | 'repository' | string | null;
