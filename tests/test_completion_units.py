@@ -454,3 +454,36 @@ def test_the_code_for_a_place_is_the_definitions_it_uses_and_similar_code(
     retrieve(finder, place_of(other, 5, "\n".join(RETRIEVAL_REPO["pkg/settings.py"]
                                                      .split("\n")[:5]) + "\n"))
     assert retrieve(finder, place) == code
+
+
+def test_the_code_for_a_place_is_chosen_again_when_the_place_or_the_workspace_changes() -> None:
+    """A place's code is kept while the user stays on the line (no new retrieval per
+    keystroke) and chosen again on another line or after the workspace changed (the idle
+    assembly passes itself in)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    asked: list[Any] = []
+
+    async def retrieve(place: Any) -> tuple[tuple[str, str], ...]:
+        asked.append(place)
+        return (("lib.py", f"def helper_{len(asked)}():\n"),)
+
+    editor = EditorView(lambda: [Path("/ws")], lambda: WorkspaceState((Path("/ws"),), {}, (), ()))
+    service = CompletionService(None, editor,  # type: ignore[arg-type]
+                                SimpleNamespace(assembly=None),  # type: ignore[arg-type]
+                                None, retrieve)  # type: ignore[arg-type]
+    path = Path("/ws/m.py")
+
+    async def prepare(line: int, column: int, assembly: Any = None) -> Any:
+        return await service.prepare(path, cursor_window(SOURCE, line, column), assembly)
+
+    first = asyncio.run(prepare(120, 4))
+    assert asyncio.run(prepare(120, 9)) is first and len(asked) == 1  # typing on the line
+    assert first.files == (("lib.py", "def helper_1():\n"),)
+    assert file_header("lib.py") + "def helper_1():\n" in first.text
+    asyncio.run(prepare(121, 0))
+    assert len(asked) == 2 and asked[1].line == 121  # another line
+    workspace_changed = SimpleNamespace(segments=[])
+    again = asyncio.run(prepare(121, 0, workspace_changed))
+    assert len(asked) == 3 and again.files == (("lib.py", "def helper_3():\n"),)

@@ -162,15 +162,17 @@ class CompletionService:
         self.speculation: Speculation[ModelRun | None] = Speculation()
         self.latest = LatestOnly()  # the request in flight (cancel-previous)
 
-    async def prepare(self, path: Path, win: CursorWindow) -> RepoContext:
-        """The repository part for the place of ``win`` in ``path``: chosen again only when
+    async def prepare(self, path: Path, win: CursorWindow,
+                      assembly: Assembly | None = None) -> RepoContext:
+        """The repository part for the place of ``win`` in ``path``. With the idle
+        ``assembly`` just built (the workspace changed) it is chosen afresh; else only when
         the place (file, line, the lines above) changed since the last one."""
         place = place_of(str(path), win.line, win.before)
         prepared = self._prepared
-        if prepared is not None and prepared[0] == place:
+        if assembly is None and prepared is not None and prepared[0] == place:
             return prepared[1]
         code = await self._retrieve(place)
-        context = code_context(self._idle.assembly, code, self._editor.repo_name())
+        context = code_context(assembly or self._idle.assembly, code, self._editor.repo_name())
         self._prepared = (place, context)
         return context
 

@@ -453,7 +453,7 @@ class Runtime:
                     turn_at(state.roots, path, "", text=text, line=line, outputs=outputs),
                     state=state)
                 if self.completion.wanted:  # its warm-up prefills the code chosen here
-                    await self.completion.prepare(path, cursor_window(text, line, 0))
+                    await self.completion.prepare(path, cursor_window(text, line, 0), assembly)
                 return assembly
         return await self.assemble(TurnSpec(outputs=outputs), state=state)
 
