@@ -29,6 +29,7 @@ from typing import IO, Any
 from lsprotocol import types
 
 from contenox_bench.completion_tasks import CompletionTask
+from contenox_bench.ctxeval_metrics import bootstrap, mean
 from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.trace import wait_ready
 from contenox_lsp.completion.decode import decode_completion
@@ -146,22 +147,30 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
     return answers
 
 
+#: The measures, each as the per-task number it averages.
+MEASURES = {"exact_match": lambda s: float(s["exact"]),
+            "edit_similarity": lambda s: float(s["edit_similarity"]),
+            "identifier_match": lambda s: float(s["identifier"])}
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per system the mean of each measure; per baseline the server's exact-match duel and
+    its paired difference on each measure with a 95% bootstrap interval."""
     n = len(rows)
     out: dict[str, Any] = {"tasks": n}
     for system in SYSTEMS:
-        scored = [r[system] for r in rows]
-        out[system] = {
-            "exact_match": round(sum(s["exact"] for s in scored) / n, 4) if n else None,
-            "edit_similarity": round(sum(s["edit_similarity"] for s in scored) / n, 2)
-            if n else None,
-            "identifier_match": round(sum(s["identifier"] for s in scored) / n, 4)
-            if n else None,
-        }
+        out[system] = {m: round(mean([f(r[system]) for r in rows]), 4) if n else None
+                       for m, f in MEASURES.items()}
     for other in ("window", "bm25"):
         won = sum(r["server"]["exact"] and not r[other]["exact"] for r in rows)
         lost = sum(r[other]["exact"] and not r["server"]["exact"] for r in rows)
         out[f"server_vs_{other}_exact"] = {"won": won, "lost": lost}
+        diff: dict[str, Any] = {}
+        for m, f in MEASURES.items():
+            xs = [f(r["server"]) - f(r[other]) for r in rows]
+            lo, hi = bootstrap(xs)
+            diff[m] = {"mean": round(mean(xs), 4), "ci95": [round(lo, 4), round(hi, 4)]}
+        out[f"server_minus_{other}"] = diff
     return out
 
 
@@ -197,7 +206,10 @@ def format_table(doc: dict[str, Any]) -> str:
         lines.append(f"  {names[system]:<28} {100 * m['exact_match']:>10.1f}% "
                      f"{m['edit_similarity']:>9.1f} {100 * m['identifier_match']:>9.1f}%")
     for other in ("window", "bm25"):
-        duel = s[f"server_vs_{other}_exact"]
+        duel, diff = s[f"server_vs_{other}_exact"], s[f"server_minus_{other}"]
+        em, es = diff["exact_match"], diff["edit_similarity"]
         lines.append(f"  server vs {other}, exact match: {duel['won']} won, "
-                     f"{duel['lost']} lost")
+                     f"{duel['lost']} lost; difference {100 * em['mean']:+.1f} points "
+                     f"[{100 * em['ci95'][0]:+.1f}, {100 * em['ci95'][1]:+.1f}], "
+                     f"edit sim. {es['mean']:+.1f} [{es['ci95'][0]:+.1f}, {es['ci95'][1]:+.1f}]")
     return "\n".join(lines) + "\n"

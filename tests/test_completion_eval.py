@@ -101,7 +101,11 @@ def test_eval_completion_runs_the_server_and_both_baselines(tmp_path: Path) -> N
     planned = json.loads((out / "completion-tasks.json").read_text(encoding="utf-8"))
     assert [r["task"] for r in doc["rows"]] == planned["tasks"]
     assert "window only" in proc.stdout and "BM25" in proc.stdout and "exact match" in proc.stdout
-    assert doc["summary"]["server_vs_bm25_exact"]["won"] >= 0
+    for other in ("window", "bm25"):
+        diff = doc["summary"][f"server_minus_{other}"]["exact_match"]
+        assert diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
+        duel = doc["summary"][f"server_vs_{other}_exact"]
+        assert duel["won"] + duel["lost"] <= 2
     again = subprocess.run(
         [sys.executable, "-m", "contenox_lsp.cli", "eval", "completion", "--repo",
          str(tmp_path / "nowhere"), "--out", str(out)],
