@@ -140,7 +140,8 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
         prompt = build_prompt(session, context, task.path, win, mode)
         session.prefill(prompt.tokens)
         # The server's decode without its time budget: the baseline's prefill is cold.
-        raw, _ = decode_completion(session, profile.completion_max_tokens, not win.multiline)
+        raw, _, _ = decode_completion(session, profile.completion_max_tokens,
+                                      not win.multiline)
         lines = text.split("\n")
         previous = lines[task.line - 1] if task.line > 0 else None
         answers.append(finish(heal(raw, prompt.healed), win, previous))

@@ -487,3 +487,12 @@ def test_the_code_for_a_place_is_chosen_again_when_the_place_or_the_workspace_ch
     workspace_changed = SimpleNamespace(segments=[])
     again = asyncio.run(prepare(121, 0, workspace_changed))
     assert len(asked) == 3 and again.files == (("lib.py", "def helper_3():\n"),)
+
+
+def test_pieces_of_one_file_make_one_entry_in_line_order_at_its_best_place() -> None:
+    from contenox_lsp.completion.retrieval import _by_file
+
+    pieces = [("a.py", 10, "def late():\n"), ("b.py", 1, "def b():\n"),
+              ("a.py", 2, "def early():\n")]
+    assert _by_file(pieces) == (("b.py", "def b():\n"),
+                                ("a.py", "def early():\n\ndef late():\n"))

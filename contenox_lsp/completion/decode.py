@@ -11,13 +11,14 @@ from engine import Session
 
 
 def decode_completion(session: Session, max_tokens: int, single_line: bool,
-                      deadline: float = math.inf) -> tuple[str, int]:
-    """The text of at most ``max_tokens`` tokens and how many were decoded, stopping at
-    ``deadline`` (a ``time.perf_counter()`` reading) or, for ``single_line``, at the first
-    newline."""
+                      deadline: float = math.inf) -> tuple[str, int, bool]:
+    """The text of at most ``max_tokens`` tokens, how many were decoded, and whether the
+    ``deadline`` (a ``time.perf_counter()`` reading) cut it short; for ``single_line`` it
+    stops at the first newline."""
     pieces: list[str] = []
     stream = session.stream(max_tokens=max_tokens)
     n = 0
+    cut = False
     try:
         for piece in stream:
             n += 1
@@ -25,7 +26,8 @@ def decode_completion(session: Session, max_tokens: int, single_line: bool,
             if single_line and "\n" in piece:
                 break
             if time.perf_counter() >= deadline:
+                cut = n < max_tokens
                 break
     finally:
         stream.close()
-    return "".join(pieces), n
+    return "".join(pieces), n, cut

@@ -57,14 +57,15 @@ def _shown(snippet: Snippet, max_lines: int) -> str:
 
 def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
     """``(path, code)`` files for the prompt: the similar code, then the definitions nearest
-    the cursor (what the line being typed calls), each kind's best last. Definitions take the
-    budget first."""
+    the cursor (what the line being typed calls), each kind's best last; the pieces of one
+    file make one entry, in the file's order, where its best piece would be. Definitions take
+    the budget first."""
     seen: set[tuple[str, int]] = set()
     used = 0
 
-    def take(snippets: Sequence[Snippet], limit: int, max_lines: int) -> list[tuple[str, str]]:
+    def take(snippets: Sequence[Snippet], limit: int, max_lines: int) -> list[_Piece]:
         nonlocal used
-        out: list[tuple[str, str]] = []
+        out: list[_Piece] = []
         for s in snippets:
             if len(out) >= limit:
                 break
@@ -74,7 +75,7 @@ def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
             if used + len(text) > BUDGET_CHARS:
                 continue
             seen.add(s.key)
-            out.append((s.display, text))
+            out.append((s.display, s.chunk.start_line, text))
             used += len(text)
         return out[::-1]
 
@@ -82,4 +83,18 @@ def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
                        MAX_DEFINITIONS, DEFINITION_LINES)
     similar = take(finder.similar(place.above, skip_path=place.path, limit=MAX_SIMILAR * 2),
                    MAX_SIMILAR, SIMILAR_LINES)
-    return (*similar, *definitions)
+    return _by_file([*similar, *definitions])
+
+
+_Piece = tuple[str, int, str]  # (path, first line, code)
+
+
+def _by_file(pieces: Sequence[_Piece]) -> tuple[tuple[str, str], ...]:
+    """One ``(path, code)`` per file, at its last piece's place, its pieces in line order."""
+    last = {path: i for i, (path, _, _) in enumerate(pieces)}
+    out = []
+    for i, (path, _, _) in enumerate(pieces):
+        if last[path] == i:
+            own = sorted((line, code) for p, line, code in pieces if p == path)
+            out.append((path, "\n".join(code for _, code in own)))
+    return tuple(out)

@@ -108,6 +108,7 @@ class ModelRun:
     raw: str
     decode_tokens: int
     context_files: tuple[tuple[str, str], ...] = ()  # the repository part's files
+    cut: bool = False  # the time budget ended the decode (the prefill took most of it)
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,10 @@ class CompletionService:
         with self.latest.current() as task:
             try:
                 run = await speculated if speculated is not None else None
-                if run is not None:
+                if run is not None and not run.cut:
                     return self.answer(at.uri, win, previous_line, run, t0)
-                # none started here, or an ask preempted it
+                # none started here, an ask preempted it, or its time budget went on the
+                # prefill: the prompt is warm now, and this request has a budget of its own
                 return await self.complete(at.uri, path, win, previous_line)
             except asyncio.CancelledError:
                 if self.latest.superseded(task):
@@ -305,8 +307,9 @@ class CompletionService:
             # half-way), parked only when another kind of job takes it over.
             residency.claim(s, COMPLETION_BRANCH, chat_target)
             stats = chunked_prefill(s, prompt.tokens, j, lambda _pos: None)
-            raw, n = decode_completion(s, max_tokens, not win.multiline, t0 + deadline_s)
-            return ModelRun(prompt, stats, raw, n, context.files)
+            raw, n, cut = decode_completion(s, max_tokens, not win.multiline,
+                                            t0 + deadline_s)
+            return ModelRun(prompt, stats, raw, n, context.files, cut)
 
         # While the user types, completions keep the live sequence; the chat prefix (parked)
         # is brought back once they pause.

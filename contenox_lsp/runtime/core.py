@@ -327,7 +327,7 @@ class Runtime:
         job = self.worker.busy_with
         if job is not None and job.priority == Priority.USER:
             return "busy"
-        if job is not None:
+        if job is not None or self.idle.working:
             return "warming"
         if self.idle.stale:
             # Edits not yet re-assembled: warming if idle prefill will follow.

@@ -132,6 +132,12 @@ class IdlePrefill:
     def running(self) -> bool:
         return self._job is not None and not self._job.future.done()
 
+    @property
+    def working(self) -> bool:
+        """The background loop is under way: prefilling the target, saving it, or running
+        the warm-ups after it (between two of its jobs the worker may be idle)."""
+        return self._kick_task is not None and not self._kick_task.done()
+
     def hold(self, seconds: float) -> None:
         """Start no background prefill for ``seconds`` (inline completions are coming: the
         chat prefix would take the live sequence from them at every keystroke); it resumes
