@@ -496,3 +496,41 @@ def test_pieces_of_one_file_make_one_entry_in_line_order_at_its_best_place() -> 
               ("a.py", 2, "def early():\n")]
     assert _by_file(pieces) == (("b.py", "def b():\n"),
                                 ("a.py", "def early():\n\ndef late():\n"))
+
+
+def test_a_speculation_cut_by_its_time_budget_is_not_the_answer() -> None:
+    """A speculative run whose time budget went on a cold prefill answers a token or two; the
+    request that takes it over decodes afresh on the prompt it warmed. A whole speculative
+    run is the answer as it is."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from contenox_lsp.completion.window import At
+    from contenox_lsp.runtime.completion import ModelRun, Outcome
+
+    editor = EditorView(lambda: [Path("/ws")], lambda: WorkspaceState((Path("/ws"),), {}, (), ()))
+    service = CompletionService(None, editor, None, None, no_code)  # type: ignore[arg-type]
+    at = At("file:///ws/m.py", 3, 120, 4)
+    win = cursor_window(SOURCE, 120, 4)
+    fresh: list[bool] = []
+
+    async def complete(*_args: Any) -> Outcome:
+        fresh.append(True)
+        return Outcome("fresh", 1)
+
+    service.complete = complete  # type: ignore[method-assign]
+
+    async def ask(cut: bool) -> Outcome:
+        async def speculated() -> ModelRun:
+            prompt = SimpleNamespace(healed="", tokens=[1, 2], context_tokens=1, mode="prefix",
+                                     layout="plain")
+            stats = SimpleNamespace(new_tokens=2, reused_tokens=0)
+            return ModelRun(prompt, stats, "zz", 1, cut=cut)  # type: ignore[arg-type]
+
+        service.speculation.schedule(at, speculated, delay_s=0)
+        await asyncio.sleep(0.01)
+        return await service.request(at, Path("/ws/m.py"), win, None, 0.0)
+
+    assert asyncio.run(ask(cut=True)).text == "fresh" and fresh == [True]
+    whole = asyncio.run(ask(cut=False))
+    assert whole.text == "zz" and fresh == [True]
