@@ -26,7 +26,7 @@ def bench(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
 
 def eval_context(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
     """``contenox-lsp eval context``."""
-    from contenox_bench.ctxeval import LORO_SHARES, format_loro, format_table, run
+    from contenox_bench.ctxeval import LORO_GRID, format_loro, format_table, run
     from engine import open_session
 
     try:
@@ -41,7 +41,7 @@ def eval_context(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
         raise InputError(f"no such tasks file: {tasks}", tasks=str(tasks))
     with open_session(load_profile(args)) as session:
         doc = run(tasks, Path(args.out), budgets, session, only=args.task,
-                  shares=LORO_SHARES if args.loro else ())
+                  grid=LORO_GRID if args.loro else ())
     sys.stdout.write(format_table(doc["summary"], budgets, len(doc["tasks"])))
     if "loro" in doc:
         sys.stdout.write(format_loro(doc["loro"], budgets))

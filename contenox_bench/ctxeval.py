@@ -12,9 +12,10 @@ It is split by ``ContextSplit``: the repo map's share, then the cursor context, 
 segments get the rest. Two systems run side by side: ``map`` (the repo map alone, round 1's
 context) and ``map+code`` (with segment J).
 
-Leave-one-repository-out (``shares``): ``map+code`` also runs with each repo-map share of the
-grid; for each repository the share that scores best on the *other* repositories' tasks is
-the one its own tasks are scored with (``loro``). That held-out figure is what carries to a
+Leave-one-repository-out (``grid``): ``map+code`` also runs with each split of the grid (the
+repo map's share, the cursor part's share of the code); for each repository the split that
+scores best on the *other* repositories' tasks is the one its own tasks are scored with
+(``loro``). That held-out figure is what carries to a
 repository nobody tuned for; the in-sample one (the default split) is reported beside it.
 """
 
@@ -41,9 +42,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGETS = (1024, 2048, 4096)
 MEASURES = ("file_recall", "def_located", "body_present")
 SYSTEMS = ("map", "map+code")
-#: The repo-map shares leave-one-repository-out chooses from (``--loro``).
-LORO_SHARES = (0.1, 0.2, 0.35, 0.5)
-#: What a share is chosen by: the mean over the budgets of these measures.
+#: What a split is chosen by: the mean over the budgets of these measures.
 LORO_OBJECTIVE = ("def_located", "body_present")
 
 
@@ -53,12 +52,23 @@ class ContextSplit:
     segments what is left after the map and the cursor context."""
 
     map_share: float = 0.2
+    code_cursor_share: float = CodeBudget.cursor_share  # of the code: the cursor part's
+
+    @property
+    def label(self) -> str:
+        return f"map={self.map_share:g},cursor={self.code_cursor_share:g}"
 
     def split(self, budget: int, cursor_tokens: int, with_code: bool) -> tuple[int, CodeBudget]:
         if not with_code:
             return budget, CodeBudget(0)
         map_tokens = int(budget * self.map_share)
-        return map_tokens, CodeBudget(max(0, budget - map_tokens - cursor_tokens))
+        return map_tokens, CodeBudget(max(0, budget - map_tokens - cursor_tokens),
+                                      cursor_share=self.code_cursor_share)
+
+
+#: The splits leave-one-repository-out chooses from (``--loro``).
+LORO_GRID = tuple(ContextSplit(m, c) for m in (0.0, 0.05, 0.1, 0.2, 0.35)
+                  for c in (0.2, 0.35, 0.5))
 
 
 def load_tasks(path: Path) -> list[dict[str, Any]]:
@@ -94,12 +104,12 @@ def _fixed_and_cursor(asm: Assembly) -> tuple[int, int]:
     return fixed + user.n_tokens - asm.question_offset, asm.question_offset + cursor
 
 
-def _share_key(budget: int, share: float) -> str:
-    return f"map+code@{budget}/share={share:g}"
+def _grid_key(budget: int, split: ContextSplit) -> str:
+    return f"map+code@{budget}/{split.label}"
 
 
 def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],
-              split: ContextSplit, shares: Sequence[float] = ()) -> dict[str, Any]:
+              split: ContextSplit, grid: Sequence[ContextSplit] = ()) -> dict[str, Any]:
     from contenox_lsp.code_segment import CodeBudget as Budget
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
@@ -142,13 +152,13 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
                 "build_ms": times[1],
                 "tokens_beside_question": asm.n_tokens - fixed,
             }
-    for share in shares:
+    for option in grid:
         for budget in budgets:
-            map_tokens, code_budget = ContextSplit(share).split(budget, cursor, True)
+            map_tokens, code_budget = option.split(budget, cursor, True)
             asm = assemble_turn(state, turn, index, session, map_tokens=map_tokens,
                                 answer_tokens=max(0, n_ctx - fixed - budget - 32),
                                 finder=finder, code_budget=code_budget)
-            rows[_share_key(budget, share)] = {**score(asm, task),
+            rows[_grid_key(budget, option)] = {**score(asm, task),
                                                "tokens_beside_question": asm.n_tokens - fixed}
     return {"id": task["id"], "repo": task.get("repo") or task["id"].rsplit("-", 1)[0],
             "index_s": index_s, "results": rows}
@@ -176,27 +186,29 @@ def _measure(per_task: Sequence[Mapping[str, Any]], key: str, m: str) -> list[fl
 
 
 def loro(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int],
-         shares: Sequence[float]) -> dict[str, Any]:
-    """Leave-one-repository-out over the repo-map share: per repository, the share that
+         grid: Sequence[ContextSplit]) -> dict[str, Any]:
+    """Leave-one-repository-out over the splits of ``grid``: per repository, the split that
     scores best (``LORO_OBJECTIVE``) on the other repositories' tasks, and its own tasks'
     scores with it; pooled over every task, with 95% intervals."""
     repos = sorted({t["repo"] for t in per_task})
-    chosen: dict[str, float] = {}
+    chosen: dict[str, str] = {}
     held_out: list[dict[str, Any]] = []
     for repo in repos:
         train = [t for t in per_task if t["repo"] != repo]
 
-        def objective(share: float, train: Sequence[Mapping[str, Any]] = train) -> float:
-            xs = [mean(_measure(train, _share_key(b, share), m))
+        def objective(option: ContextSplit,
+                      train: Sequence[Mapping[str, Any]] = train) -> float:
+            xs = [mean(_measure(train, _grid_key(b, option), m))
                   for b in budgets for m in LORO_OBJECTIVE]
             return sum(xs) / len(xs)
 
-        # Ties go to the smaller map (more room for code), so the choice is deterministic.
-        best = max(sorted(shares), key=objective) if train else ContextSplit().map_share
-        chosen[repo] = best
+        # Ties go to the first in the grid's order, so the choice is deterministic; with no
+        # other repository, the default split.
+        best = max(grid, key=objective) if train else ContextSplit()
+        chosen[repo] = best.label
         for t in per_task:
             if t["repo"] == repo:
-                held_out.append({"results": {f"map+code@{b}": t["results"][_share_key(b, best)]
+                held_out.append({"results": {f"map+code@{b}": t["results"][_grid_key(b, best)]
                                              for b in budgets}})
     table: dict[str, Any] = {}
     for b in budgets:
@@ -206,15 +218,16 @@ def loro(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int],
             lo, hi = bootstrap(xs)
             entry[m] = {"mean": mean(xs), "ci95": [lo, hi], "tasks": len(xs)}
         table[f"map+code@{b}"] = entry
-    return {"shares": list(shares), "objective": list(LORO_OBJECTIVE), "chosen": chosen,
+    return {"grid": [g.label for g in grid], "objective": list(LORO_OBJECTIVE), "chosen": chosen,
             "summary": table}
 
 
 def format_loro(result: Mapping[str, Any], budgets: Sequence[int]) -> str:
     chosen = result["chosen"]
-    picks = ", ".join(f"{r}: {s:g}" for r, s in chosen.items())
-    lines = ["", f"Leave-one-repository-out over the repo-map share ({len(chosen)} "
-             f"repositories; share chosen on the others: {picks})", "",
+    picks = ", ".join(f"{r}: {s}" for r, s in chosen.items())
+    lines = ["", f"Leave-one-repository-out over {len(result['grid'])} splits of the budget "
+             f"(the repo map's share, the cursor part's share of the code; {len(chosen)} "
+             f"repositories; chosen on the others: {picks})", "",
              "| system | budget | file recall | def located | body present |",
              "|---|---|---|---|---|"]
     for b in budgets:
@@ -253,9 +266,9 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
 
 def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
         split: ContextSplit | None = None, only: Sequence[str] = (),
-        shares: Sequence[float] = ()) -> dict[str, Any]:
-    """Evaluate every task (or those in ``only``); with ``shares``, leave-one-repository-out
-    over them too. Writes ``context-eval.json`` and ``context-eval.md`` under ``out`` and
+        grid: Sequence[ContextSplit] = ()) -> dict[str, Any]:
+    """Evaluate every task (or those in ``only``); with ``grid``, leave-one-repository-out
+    over its splits too. Writes ``context-eval.json`` and ``context-eval.md`` under ``out`` and
     returns the JSON document."""
     split = split or ContextSplit()
     tasks = [t for t in load_tasks(tasks_path) if not only or t["id"] in only]
@@ -264,19 +277,19 @@ def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
     with tempfile.TemporaryDirectory(prefix="ctxeval-") as scratch:
         for i, task in enumerate(tasks, 1):
             root = workspace_of(task, tasks_path.parent, Path(scratch))
-            per_task.append(eval_task(task, root, session, budgets, split, shares))
+            per_task.append(eval_task(task, root, session, budgets, split, grid))
             logger.info("ctxeval %d/%d %s", i, len(tasks), task["id"])
     summary = summarize(per_task, budgets)
     doc = {
         "tasks_file": os.fspath(tasks_path),
         "budgets": list(budgets),
-        "split": {"map_share": split.map_share},
+        "split": {"map_share": split.map_share, "code_cursor_share": split.code_cursor_share},
         "summary": summary,
         "tasks": per_task,
     }
     report = format_table(summary, budgets, len(per_task))
-    if shares:
-        held_out = loro(per_task, budgets, shares)
+    if grid:
+        held_out = loro(per_task, budgets, grid)
         doc["loro"] = held_out
         report += format_loro(held_out, budgets)
     (out / "context-eval.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

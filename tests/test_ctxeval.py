@@ -62,18 +62,20 @@ def _row(def_located: float, body: float | None) -> dict[str, Any]:
 
 
 def test_leave_one_repository_out_scores_each_repository_with_the_others_choice() -> None:
-    """Repository ``a`` prefers share 0.1, ``b`` and ``c`` prefer 0.5: ``a`` is scored with
-    what ``b`` and ``c`` chose (0.5), which is worse for it; ``b`` with the 0.5 that ``a``
-    and ``c`` together favour."""
-    def task(repo: str, good: float) -> dict[str, Any]:
-        rows = {ctxeval._share_key(1024, s): _row(1.0 if s == good else 0.0,
-                                                  1.0 if s == good else 0.0)
-                for s in (0.1, 0.5)}
+    """Repository ``a`` prefers a small map, ``b`` and ``c`` a large one: ``a`` is scored
+    with what ``b`` and ``c`` chose, which is worse for it; ``b`` and ``c`` each with the
+    small map that ``a``'s two tasks and the other's one favour."""
+    small, large = ctxeval.ContextSplit(0.1), ctxeval.ContextSplit(0.5)
+
+    def task(repo: str, good: ctxeval.ContextSplit) -> dict[str, Any]:
+        rows = {ctxeval._grid_key(1024, s): _row(1.0 if s == good else 0.0,
+                                                 1.0 if s == good else 0.0)
+                for s in (small, large)}
         return {"id": f"{repo}-1", "repo": repo, "results": rows}
 
-    per_task = [task("a", 0.1), task("a", 0.1), task("b", 0.5), task("c", 0.5)]
-    out = ctxeval.loro(per_task, [1024], (0.1, 0.5))
-    assert out["chosen"] == {"a": 0.5, "b": 0.1, "c": 0.1}
+    per_task = [task("a", small), task("a", small), task("b", large), task("c", large)]
+    out = ctxeval.loro(per_task, [1024], (small, large))
+    assert out["chosen"] == {"a": large.label, "b": small.label, "c": small.label}
     held = out["summary"]["map+code@1024"]
     assert held["def_located"]["mean"] == 0.0  # every repository held out loses here
     assert held["body_present"]["tasks"] == 4
