@@ -64,6 +64,21 @@ async def completion_status(client: LanguageClient) -> dict[str, Any]:
     return dict(status["completion"])
 
 
+async def warm_completion_at(client: LanguageClient, uri: str,
+                             point: dict[str, int]) -> dict[str, Any]:
+    """Tell the server where the cursor is (a code action there) and wait until the idle
+    time has warmed the completion prompt (the ``completion`` branch); its status then."""
+    await raw_request(client, "textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
+        "context": {"diagnostics": []}})
+
+    async def warmed() -> dict[str, Any]:
+        await wait_warm(client)
+        return await completion_status(client)
+
+    return await wait_until(warmed, lambda s: "completion" in s["residentBranches"], 300)
+
+
 async def test_the_server_advertises_inline_completion(client: LanguageClient) -> None:
     caps = client.init_result.capabilities  # type: ignore[attr-defined]
     assert caps.inline_completion_provider
@@ -285,15 +300,7 @@ async def test_idle_time_warms_the_completion_prompt_at_the_cursor(workspace: Pa
     try:
         uri = open_doc(c, workspace / "config.py", SOURCE)
         point = {"line": LINE, "character": COL}
-        await raw_request(c, "textDocument/codeAction", {  # where the cursor is
-            "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
-            "context": {"diagnostics": []}})
-
-        async def warmed() -> dict[str, Any]:
-            await wait_warm(c)
-            return await completion_status(c)
-
-        status = await wait_until(warmed, lambda s: "completion" in s["residentBranches"], 300)
+        status = await warm_completion_at(c, uri, point)
         assert status["requests"] == 0  # no completion was asked for yet
         explained = await wait_warm(c)  # the chat prefix is live again: nothing pending
         assert explained["pendingPrefillTokens"] == 0
@@ -330,15 +337,7 @@ async def test_the_prompt_carries_the_definitions_the_cursor_uses(workspace: Pat
         uri = open_doc(c, workspace / "loader.py", LOADER)
         lines = LOADER.split("\n")
         point = {"line": len(lines) - 1, "character": len(lines[-1])}
-        await raw_request(c, "textDocument/codeAction", {  # where the cursor is
-            "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
-            "context": {"diagnostics": []}})
-
-        async def warmed() -> dict[str, Any]:
-            await wait_warm(c)
-            return await completion_status(c)
-
-        await wait_until(warmed, lambda s: "completion" in s["residentBranches"], 300)
+        await warm_completion_at(c, uri, point)
         await raw_request(c, "textDocument/inlineCompletion", {
             "textDocument": {"uri": uri}, "position": point, "context": {"triggerKind": 1}},
             timeout=300)

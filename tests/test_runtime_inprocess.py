@@ -271,16 +271,21 @@ async def test_a_user_job_preempts_background_prefill_and_the_rest_resumes(
     await until(lambda: warm(rt))
     session = rt.worker.session
     assert session is not None
-    # Drop the warm prefix so the idle prefill has a long way to go.
-    await rt.run_user_job(lambda s, _job: s.reset(), "reset")
-    rt.idle.kick()
-    await until(lambda: rt.idle.running)
-    resident: Awaitable[int] = rt.run_user_job(lambda s, _job: s.n_resident, "probe")
-    at_preemption = await resident
-    assert at_preemption < len(rt.idle.target or [])  # it had not finished
-    rt.idle.kick()
-    await until(lambda: warm(rt))
-    assert rt.idle.pending_tokens() == 0
+    # Drop the warm prefix so the idle prefill has a long way to go (not restoring the saved
+    # snapshot of it, which would bring it back at once).
+    snapshots, rt.idle.snapshots = rt.idle.snapshots, None
+    try:
+        await rt.run_user_job(lambda s, _job: s.reset(), "reset")
+        rt.idle.kick()
+        await until(lambda: rt.idle.running)
+        resident: Awaitable[int] = rt.run_user_job(lambda s, _job: s.n_resident, "probe")
+        at_preemption = await resident
+        assert at_preemption < len(rt.idle.target or [])  # it had not finished
+        rt.idle.kick()
+        await until(lambda: warm(rt))
+        assert rt.idle.pending_tokens() == 0
+    finally:
+        rt.idle.snapshots = snapshots
 
 
 class UnsavedStablePrefix:
