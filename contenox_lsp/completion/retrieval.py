@@ -3,8 +3,9 @@
 Two kinds of code, chosen from the cursor's place alone (the same place gives the same
 context whatever was opened before):
 
-- **definitions** the code around the cursor uses (the symbol graph's first hop from the
-  function at the cursor, ``CodeFinder.around_cursor``): what the line being typed calls;
+- **definitions** the code around the cursor uses (the symbol graph's hops from the function
+  at the cursor, ``CodeFinder.around_cursor``), their signature lines: what the line being
+  typed calls;
 - **similar code**: the chunks of other files whose words most resemble the lines above the
   cursor (BM25, as CrossCodeEval's retrieval baseline and llama.vscode's ring do): how the
   rest of the repository writes the same thing, often the very line to type.

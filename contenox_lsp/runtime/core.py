@@ -459,7 +459,9 @@ class Runtime:
 
     async def _completion_code(self, place: Place) -> tuple[tuple[str, str], ...]:
         """The code a completion prompt carries at ``place`` (``completion.retrieval``),
-        chosen on the context thread from the open buffers and the index."""
+        chosen on the context thread from the open buffers and the index. A failure leaves
+        the prompt without code (logged): the completion, and the idle prefill that prepares
+        it, still run."""
         buffers = {str(p): t for p, t in self._editor_state().open_buffers.items()}
 
         def choose(svc: ContextService) -> tuple[tuple[str, str], ...]:
@@ -468,8 +470,11 @@ class Runtime:
             svc.finder.read_text = texts_reader(buffers, read_disk_text)
             return retrieve(svc.finder, place)
 
-        with structured_errors():
+        try:
             return await self.context.call(choose)
+        except Exception:
+            logger.warning("choosing code for the completion prompt failed", exc_info=True)
+            return ()
 
     # -- engine jobs -----------------------------------------------------------------------------
 
