@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from repo_index.chunks import Chunk, chunks_of, enclosing
@@ -225,10 +225,8 @@ class CodeFinder:
         reaches) counts ``NEAR_FILE_BOOST`` times more, and test code counts half (the code
         to change is rarely the test the developer has open)."""
         query: dict[str, float] = {}
-        for t in terms(question):
-            query[t] = query.get(t, 0.0) + 1.0
-        for t in terms(" ".join(cursor_names)):
-            query[t] = query.get(t, 0.0) + CURSOR_TERM_WEIGHT
+        _add_terms(query, question, 1.0)
+        _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
         if not query:
             return []
         self.sync()
@@ -245,15 +243,7 @@ class CodeFinder:
                 score *= STUB_WEIGHT  # a stub repeats a signature and holds no body
             scored.append((score, p, def_line))
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
-        out = []
-        for score, p, def_line in scored:
-            chunk, lines = self._chunk_at(p, def_line)
-            if chunk is None or chunk.def_line != def_line:
-                continue
-            out.append(self._snippet(p, chunk, lines, score, "matches the question"))
-            if len(out) >= limit:
-                break
-        return out
+        return self._snippets(scored, "matches the question", limit)
 
 
     def similar(self, code: str, *, skip_path: str | None = None,
@@ -261,22 +251,34 @@ class CodeFinder:
         """Chunks whose words most resemble ``code`` (plain BM25, no priors: how the rest of
         the repository writes the same thing), none from ``skip_path``; best first."""
         query: dict[str, float] = {}
-        for t in terms(code):
-            query[t] = query.get(t, 0.0) + 1.0
+        _add_terms(query, code, 1.0)
         if not query:
             return []
         self.sync()
+        hits = [(score, p, def_line)
+                for score, (p, def_line) in self.lexical.search(query, RERANK_POOL)
+                if p != skip_path]
+        return self._snippets(hits, "similar code", limit)
+
+    def _snippets(self, ranked: Iterable[tuple[float, str, int]], reason: str,
+                  limit: int) -> list[Snippet]:
+        """The first ``limit`` of ``ranked`` (score, path, def line) whose chunk the file
+        still has at that line (the lexical index may lag an edit)."""
         out: list[Snippet] = []
-        for score, (p, def_line) in self.lexical.search(query, RERANK_POOL):
-            if p == skip_path:
-                continue
+        for score, p, def_line in ranked:
             chunk, lines = self._chunk_at(p, def_line)
             if chunk is None or chunk.def_line != def_line:
                 continue
-            out.append(self._snippet(p, chunk, lines, score, "similar code"))
+            out.append(self._snippet(p, chunk, lines, score, reason))
             if len(out) >= limit:
                 break
         return out
+
+
+def _add_terms(query: dict[str, float], text: str, weight: float) -> None:
+    """Add ``text``'s search terms to ``query``, each occurrence counting ``weight``."""
+    for t in terms(text):
+        query[t] = query.get(t, 0.0) + weight
 
 
 def texts_reader(buffers: Mapping[str, str], read_disk: ReadText) -> ReadText:
