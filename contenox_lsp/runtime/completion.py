@@ -60,9 +60,6 @@ STICKY_CONTEXT_S = 3.0
 JOB_LABEL = "completion"
 COMPLETION_BRANCH = "completion"
 
-#: The chat prompt's segments that make up a next-edit prompt's repository-level context.
-CONTEXT_KINDS = (SegmentKind.REPO_MAP, SegmentKind.PINNED)
-
 #: Code for a place, chosen on the context thread: ``(path, code)`` files, best last.
 RetrieveFn = Callable[[Place], Awaitable[tuple[tuple[str, str], ...]]]
 
@@ -117,16 +114,6 @@ class Outcome:
     id: int | None
     typed_through: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def repo_context(assembly: Assembly | None, name: str = "") -> RepoContext:
-    """The repository-level part of the last idle assembly (repo map, pins), as text and as
-    files (``name``: the repository's, for the repository layout): a next edit's."""
-    if assembly is None:
-        return RepoContext(name=name)
-    parts = [s for s in assembly.segments if s.kind in CONTEXT_KINDS]
-    files = repo_files([(s.kind is SegmentKind.PINNED, s.text) for s in parts])
-    return RepoContext("".join(s.text for s in parts), files, name)
 
 
 def code_context(assembly: Assembly | None, code: tuple[tuple[str, str], ...],

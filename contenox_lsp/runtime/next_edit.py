@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from contenox_lsp.completion.prompt import repo_files
 from contenox_lsp.next_edit import layout as L
 from contenox_lsp.next_edit.edit import (
     Replacement,
@@ -29,7 +30,6 @@ from contenox_lsp.next_edit.edit import (
 )
 from contenox_lsp.next_edit.history import EditHistory
 from contenox_lsp.runtime.completion import JOB_LABEL as COMPLETION_LABEL
-from contenox_lsp.runtime.completion import repo_context
 from contenox_lsp.runtime.editor_view import EditorView
 from contenox_lsp.runtime.engine_access import EngineAccess
 from contenox_lsp.runtime.idle_prefill import IdlePrefill
@@ -37,6 +37,7 @@ from contenox_lsp.runtime.jobs import chunked_prefill
 from contenox_lsp.runtime.latest import LatestOnly
 from contenox_lsp.runtime.residency import Residency, warm_branch
 from contenox_lsp.runtime.worker import Job
+from contextasm import Assembly, SegmentKind
 from contextasm.tokens import default_token_cache
 from engine import Session
 from engine.lookup import REWRITE_DRAFT_TOKENS
@@ -46,6 +47,16 @@ BRANCH = "next_edit"
 WINDOW_LINES = 60  # lines of the file window each side of the cursor
 MAX_EXTRA_TOKENS = 48  # decode budget beyond the region's own tokens
 LOOKUP_TOKENS = REWRITE_DRAFT_TOKENS  # prompt-lookup drafts: a rewrite mostly copies the region
+#: The chat prompt's segments a next-edit prompt shows as the repository's files.
+CONTEXT_KINDS = (SegmentKind.REPO_MAP, SegmentKind.PINNED)
+
+
+def context_files(assembly: Assembly | None) -> tuple[tuple[str, str], ...]:
+    """``(path, content)`` of the repo map's and pins' files in the last idle assembly."""
+    if assembly is None:
+        return ()
+    return repo_files([(s.kind is SegmentKind.PINNED, s.text) for s in assembly.segments
+                       if s.kind in CONTEXT_KINDS])
 
 
 @dataclass
@@ -129,7 +140,7 @@ class NextEditService:
             lines = text.split("\n")
             start = max(0, line - WINDOW_LINES)
             end = min(len(lines), line + WINDOW_LINES + 1)
-            files = repo_context(self._idle.assembly, self._editor.repo_name()).files
+            files = context_files(self._idle.assembly)
             win = _Window("\n".join(lines[start:end]), start, end, self.history.dropped, files)
             self._windows[path] = win
         return win
