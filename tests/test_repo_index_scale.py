@@ -84,15 +84,24 @@ def _edit(text: str, rng: random.Random) -> str:
     return "".join(lines)
 
 
-def test_maps_after_edits_equal_maps_from_rebuilt_candidates(tmp_path: Path) -> None:
+def _workspace(tmp_path: Path, n_modules: int) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
-    for i in range(24):
+    for i in range(n_modules):
         (root / f"m{i}.py").write_text(module(i), encoding="utf-8")
-    idx = RepoIndex([root], cache_dir=tmp_path / "a", workers=1)
-    control = RepoIndex([root], cache_dir=tmp_path / "b", workers=1)
+    return root
+
+
+def _built(root: Path, cache_dir: Path) -> RepoIndex:
+    idx = RepoIndex([root], cache_dir=cache_dir, workers=1)
     idx.build()
-    control.build()
+    return idx
+
+
+def test_maps_after_edits_equal_maps_from_rebuilt_candidates(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, 24)
+    idx = _built(root, tmp_path / "a")
+    control = _built(root, tmp_path / "b")
     rng = random.Random(3)
     texts = {p: Path(p).read_text("utf-8") for p in idx.files()}
     for step in range(40):
@@ -117,12 +126,8 @@ def test_maps_after_edits_equal_maps_from_rebuilt_candidates(tmp_path: Path) -> 
 
 
 def test_a_signature_edit_shows_without_rebuilding_the_candidates(tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    root.mkdir()
-    for i in range(8):
-        (root / f"m{i}.py").write_text(module(i), encoding="utf-8")
-    idx = RepoIndex([root], cache_dir=tmp_path / "c", workers=1)
-    idx.build()
+    root = _workspace(tmp_path, 8)
+    idx = _built(root, tmp_path / "c")
     before = idx.repo_map(2048)
     assert "def helper_2(x=1):" in before.text
     path = str(root / "m2.py")
