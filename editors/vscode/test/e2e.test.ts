@@ -3,7 +3,8 @@
  * install the packaged .vsix, open a Python file, run "Contenox: Explain Context" from the
  * Command Palette, check that the Context view lists the segments, and save a screenshot to
  * docs/vscode-explain-context.png; ask a question; type a function header and accept the ghost
- * text (inline completion) with Tab.
+ * text (inline completion) with Tab; make an edit, see the next-edit suggestion drawn, Tab to jump
+ * to it and Tab to apply it.
  *
  *   CONTENOX_E2E=1 npm run test:e2e
  *
@@ -116,7 +117,7 @@ describe('VS Code end to end (code-server + Chromium)', {
       'extensions.ignoreRecommendations': true,
       'window.commandCenter': false,
       'workbench.secondarySideBar.defaultVisibility': 'hidden',
-      'chat.disableAIFeatures': true,
+      'editor.inlineSuggest.enabled': true,
     }, null, 2));
     const config = path.join(tmp, 'config.yaml');
     fs.writeFileSync(config, 'auth: none\n');
@@ -268,6 +269,113 @@ async function drive(page: any, port: number, workspace: string): Promise<void> 
     `Tab inserted the ghost text ${JSON.stringify(firstShown)}: ${JSON.stringify(after.slice(-300))}`);
   // The status bar shows the last completion's latency (the sparkle item).
   await page.locator('.statusbar-item .codicon-sparkle').first().waitFor({ timeout: 60_000 });
+
+  await nextEditSuggestion(page, workspace);
+}
+
+/**
+ * Next-edit suggestion (contenox/nextEdit): after an edit settles the extension asks the server
+ * and draws the answer with decorations (a box after the replaced range, a gutter marker); Tab
+ * jumps to it, Tab again applies it. The embedded base model is no next-edit model: it copies
+ * the region it is shown, so it suggests something only where its copy differs — as it does
+ * for a mistyped keyword, which it tends to write correctly. So a few such edits are made,
+ * each on a line of its own, until one gets a suggestion.
+ */
+async function nextEditSuggestion(page: any, workspace: string): Promise<void> {
+  const file = path.join(workspace, 'app.py');
+  // [line to type below (1-based, bottom-up so the earlier ones do not move), the typed text]
+  const typos: Array<[number, string]> = [[10, 'retrun name'], [5, 'retrun a - b'], [1, 'improt os']];
+  let drawn: { box: string } | undefined;
+  for (const [line, typed] of typos) {
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+G');
+    await page.locator('.quick-input-widget input').waitFor({ timeout: 30_000 });
+    await page.keyboard.type(String(line));
+    await page.keyboard.press('Enter');
+    await waitUntil(async () => (await cursorLine(page)) === line, 10_000, `Go to Line ${line}`);
+    await page.keyboard.press('End');
+    await page.waitForTimeout(300);
+    await page.keyboard.press('Enter');
+    await waitUntil(async () => (await cursorLine(page)) === line + 1, 10_000, 'Enter opens a line');
+    await page.keyboard.type(typed, { delay: 60 });
+    drawn = await waitForNextEdit(page, 90_000);
+    if (drawn) break;
+  }
+  assert.ok(drawn, `a next-edit suggestion is drawn after one of the edits ${JSON.stringify(typos)}`);
+  await page.screenshot({ path: path.resolve('out/test/e2e-next-edit.png') });
+  // What the document is with the suggestion shown (saved: the decorations are not text).
+  await page.keyboard.press('Control+S');
+  await page.waitForTimeout(1000);
+  const before = fs.readFileSync(file, 'utf8');
+  // Away from it (a cursor move is no edit: the suggestion stays), then Tab jumps to it.
+  await page.keyboard.press('Control+Home');
+  assert.ok(await nextEditGutter(page), 'the suggestion stays drawn when only the cursor moves');
+  const at = await cursorLine(page);
+  await page.keyboard.press('Tab');
+  await waitUntil(async () => (await cursorLine(page)) !== at, 10_000, 'Tab moves the cursor to the suggestion');
+  assert.ok(await nextEditGutter(page), 'the first Tab only jumps');
+  // Tab again applies it: the decorations go, the document changes as suggested.
+  await page.keyboard.press('Tab');
+  await waitUntil(async () => !(await nextEditGutter(page)), 10_000, 'the second Tab applies the suggestion');
+  await page.keyboard.press('Control+S');
+  await waitUntil(async () => fs.readFileSync(file, 'utf8') !== before, 10_000, 'the document changed');
+  const after = fs.readFileSync(file, 'utf8');
+  const firstLine = drawn.box.replace(/ \(\+\d+ lines\)$/, '').replace(/…$/, '').trim();
+  if (firstLine && firstLine !== '↵') {
+    assert.ok(after.includes(firstLine), `the applied text has the drawn ${JSON.stringify(firstLine)}: ${JSON.stringify(after)}`);
+  }
+}
+
+/** The drawn suggestion (the text of its inline box) once its gutter marker shows, or
+ * undefined after `ms`. */
+async function waitForNextEdit(page: any, ms: number): Promise<{ box: string } | undefined> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await nextEditGutter(page)) {
+      // The box is the `after` content of an empty span (CSS ::after), not document text.
+      const box: string = await page.evaluate(() => {
+        const g = globalThis as any; // runs in the browser (DOM types are not in this project)
+        for (const el of Array.from(g.document.querySelectorAll('.monaco-editor .view-lines span'))) {
+          const content: string = g.getComputedStyle(el, '::after').content;
+          if (content && content !== 'none' && content !== 'normal') {
+            try {
+              return JSON.parse(content) as string;
+            } catch {
+              return content.replace(/^"|"$/g, '');
+            }
+          }
+        }
+        return '';
+      });
+      return { box };
+    }
+    await page.waitForTimeout(250);
+  }
+  return undefined;
+}
+
+/** Whether the next-edit gutter marker (media/next-edit.svg) is drawn. */
+async function nextEditGutter(page: any): Promise<boolean> {
+  return page.evaluate(() => {
+    const g = globalThis as any; // runs in the browser
+    // The glyph margin (`.glyph-margin-widgets` in current VS Code; the overlays before).
+    return Array.from(g.document.querySelectorAll('.monaco-editor .margin *'))
+      .some((el) => String(g.getComputedStyle(el).backgroundImage).includes('next-edit'));
+  });
+}
+
+/** The cursor's line from the status bar ("Ln 12, Col 5"). */
+async function cursorLine(page: any): Promise<number> {
+  const text: string = await page.locator('.statusbar-item', { hasText: /Ln \d+, Col \d+/ }).first().innerText();
+  return Number(/Ln (\d+)/.exec(text)?.[1] ?? NaN);
+}
+
+async function waitUntil(probe: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms / 1000}s: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
 }
 
 /** The visible text of the active editor (Monaco renders non-breaking spaces). */
