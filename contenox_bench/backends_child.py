@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,23 @@ def proc_status_bytes(field: str, pid: str = "self") -> int | None:
             except (IndexError, ValueError):
                 return None
     return None
+
+
+def finish_child(phase: Callable[[], None], result: dict[str, Any], out: str,
+                 failed: tuple[logging.Logger, str], rss_key: str) -> int:
+    """A child process's end: run ``phase`` (it fills ``result``); a failure becomes
+    ``result["error"]`` (logged on ``failed``'s logger with its message) and exit status 1;
+    the peak RSS goes under ``rss_key``; ``result`` is written to ``out`` either way."""
+    rc = 0
+    try:
+        phase()
+    except Exception as exc:
+        failed[0].exception(failed[1])
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        rc = 1
+    result[rss_key] = proc_status_bytes("VmHWM")
+    Path(out).write_text(json.dumps(result), encoding="utf-8")
+    return rc
 
 
 def _progress(label: str) -> None:
@@ -105,18 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     from engine import load_profile
 
     result: dict[str, Any] = {"steps": {}, "prompt_ids": {}}
-    rc = 0
-    try:
+
+    def phase() -> None:
         profile = load_profile(args.profile)
         result["backend"] = profile.backend
         run(profile, json.loads(Path(args.plan).read_text("utf-8")), result)
-    except Exception as exc:
-        log.exception("backend child failed")
-        result["error"] = f"{type(exc).__name__}: {exc}"
-        rc = 1
-    result["peak_rss_self_bytes"] = proc_status_bytes("VmHWM")
-    Path(args.out).write_text(json.dumps(result), encoding="utf-8")
-    return rc
+
+    return finish_child(phase, result, args.out, (log, "backend child failed"),
+                        "peak_rss_self_bytes")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ goes to ``--out`` (with ``error`` set and exit status 1 when the phase fails).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from contenox_bench.backends_child import proc_status_bytes
+from contenox_bench.backends_child import finish_child, proc_status_bytes
 from contenox_bench.bigrepo_edits import Edit
 
 log = logging.getLogger("contenox.bench.bigrepo")
@@ -179,16 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result: dict[str, Any] = {"phase": args.phase, "pid": os.getpid()}
-    rc = 0
-    try:
-        (cold if args.phase == "cold" else restart)(args, result)
-    except Exception as exc:
-        log.exception("bigrepo child failed")
-        result["error"] = f"{type(exc).__name__}: {exc}"
-        rc = 1
-    result["peak_rss_bytes"] = proc_status_bytes("VmHWM")
-    Path(args.out).write_text(json.dumps(result), encoding="utf-8")
-    return rc
+    phase = cold if args.phase == "cold" else restart
+    return finish_child(lambda: phase(args, result), result, args.out,
+                        (log, "bigrepo child failed"), "peak_rss_bytes")
 
 
 if __name__ == "__main__":
