@@ -3,14 +3,17 @@
 A task file (``tasks.json``, see ``../shared/ctxeval/README.md`` for the fields) names, per
 task, a workspace (a ``.tar.gz`` of the tree or a folder), the file open in the editor, the
 cursor line, the question and the ground truth (files, definitions, a body line of each). Per
-task and budget the server's own pipeline (``contenox_lsp.turn.assemble_turn``) builds the
+task and budget the server's own pipeline (``contenox_lsp.turn.assemble_within``) builds the
 context the way an editor with that file open would; ``ctxeval_metrics`` scores it.
 
 A budget counts the tokens *beside the question*: everything in the prompt except the fixed
-segments A–D (system, tools, policy, instructions) and the question with its turn markers.
-It is split by ``ContextSplit``: the repo map's share, then the cursor context, and the code
-segments get the rest. Two systems run side by side: ``map`` (the repo map alone, round 1's
-context) and ``map+code`` (with segment J).
+segments A–D (system, tools, policy, instructions) and the question with its turn markers —
+the server's ``contextTokens`` (``contenox_lsp.context_budget``). It is split as the server
+splits it: the repo map's share, then the cursor context, and the code segments get the rest
+(``ContextSplit`` holds the shares; the default is the server's). Two systems run side by
+side: ``map`` (the repo map alone, round 1's context) and ``map+code`` (with segment J). The
+server also bounds the question's part of the code by prefill time (``questionCodeMs``); the
+eval does not (the bound depends on the machine).
 
 Leave-one-repository-out (``grid``): ``map+code`` also runs with each split of the grid (the
 repo map's share, the cursor part's share of the code); for each repository the split that
@@ -33,37 +36,45 @@ from pathlib import Path
 from typing import Any
 
 from contenox_bench.ctxeval_metrics import bootstrap, mean, percentile, score
-from contenox_lsp.code_segment import CodeBudget
-from contenox_lsp.turn import WorkspaceState, assemble_turn, read_disk, turn_at
-from contextasm import Assembly, SegmentKind
+from contenox_lsp.context_budget import (
+    DEFAULT_CODE_CURSOR_SHARE,
+    DEFAULT_MAP_SHARE,
+    ContextBudget,
+    beside_question,
+)
+from contenox_lsp.turn import WorkspaceState, assemble_within, read_disk, turn_at
+from contextasm import Assembly
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUDGETS = (1024, 2048, 4096)
+#: Room left for the answer, as the server leaves its default ``maxTokens``.
+ANSWER_TOKENS = 256
 MEASURES = ("file_recall", "def_located", "body_present")
 SYSTEMS = ("map", "map+code")
 #: What a split is chosen by: the mean over the budgets of these measures.
-LORO_OBJECTIVE = ("def_located", "body_present")
+LORO_OBJECTIVE = MEASURES  # the issue's goals bound all three
 
 
 @dataclass(frozen=True)
 class ContextSplit:
-    """How a budget beside the question is shared: the repo map gets ``map_share``; the code
-    segments what is left after the map and the cursor context."""
+    """How a budget beside the question is shared (``ContextBudget``'s shares): the repo map
+    gets ``map_share``; the code segments what is left after the map and the rest of the
+    context, the cursor's part ``code_cursor_share`` of it. The default is the server's."""
 
-    map_share: float = 0.2
-    code_cursor_share: float = CodeBudget.cursor_share  # of the code: the cursor part's
+    map_share: float = DEFAULT_MAP_SHARE
+    code_cursor_share: float = DEFAULT_CODE_CURSOR_SHARE
 
     @property
     def label(self) -> str:
         return f"map={self.map_share:g},cursor={self.code_cursor_share:g}"
 
-    def split(self, budget: int, cursor_tokens: int, with_code: bool) -> tuple[int, CodeBudget]:
+    def budget(self, tokens: int, with_code: bool = True) -> ContextBudget:
+        """The budget of ``tokens`` beside the question; without code, all of it the map's."""
         if not with_code:
-            return budget, CodeBudget(0)
-        map_tokens = int(budget * self.map_share)
-        return map_tokens, CodeBudget(max(0, budget - map_tokens - cursor_tokens),
-                                      cursor_share=self.code_cursor_share)
+            return ContextBudget(tokens, map_share=1.0, code_cap=0)
+        return ContextBudget(tokens, map_share=self.map_share,
+                             code_cursor_share=self.code_cursor_share)
 
 
 #: The splits leave-one-repository-out chooses from (``--loro``).
@@ -92,25 +103,12 @@ def workspace_of(task: Mapping[str, Any], base: Path, scratch: Path) -> Path:
     return dest
 
 
-def _fixed_and_cursor(asm: Assembly) -> tuple[int, int]:
-    """Tokens of A–D plus the question part of I; and of where the user is (the code around
-    the cursor, I's part before the question)."""
-    fixed_kinds = {SegmentKind.SYSTEM, SegmentKind.TOOLS, SegmentKind.POLICY,
-                   SegmentKind.INSTRUCTIONS}
-    fixed = sum(s.n_tokens for s in asm.segments if s.kind in fixed_kinds)
-    user = asm.segment(SegmentKind.USER)
-    assert user is not None
-    cursor = sum(s.n_tokens for s in asm.segments if s.label == "cursor context")
-    return fixed + user.n_tokens - asm.question_offset, asm.question_offset + cursor
-
-
 def _grid_key(budget: int, split: ContextSplit) -> str:
     return f"map+code@{budget}/{split.label}"
 
 
 def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],
               split: ContextSplit, grid: Sequence[ContextSplit] = ()) -> dict[str, Any]:
-    from contenox_lsp.code_segment import CodeBudget as Budget
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
 
@@ -129,37 +127,31 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
                            focus_files=(open_path,))
     turn = turn_at(state.roots, open_path, str(task["question"]), text=text,
                    line=int(task["cursor_line"]) - 1)
-    bare = assemble_turn(state, turn, index, session, map_tokens=0, answer_tokens=0,
-                         finder=None, code_budget=Budget(0))
-    fixed, cursor = _fixed_and_cursor(bare)
-    n_ctx = session.identity.n_ctx
     rows: dict[str, Any] = {}
+
+    def build(budget: ContextBudget, with_code: bool) -> Assembly:
+        return assemble_within(state, turn, index, session, budget,
+                               answer_tokens=ANSWER_TOKENS, finder=finder if with_code else None)
+
     for system in SYSTEMS:
-        for budget in budgets:
-            map_tokens, code_budget = split.split(budget, cursor, system == "map+code")
-            limit = fixed + budget
+        with_code = system == "map+code"
+        for tokens in budgets:
             times = []
             for _ in range(2):  # the first renders this map size afresh; an ask does not
                 t1 = time.perf_counter()
-                asm = assemble_turn(state, turn, index, session, map_tokens=map_tokens,
-                                    answer_tokens=max(0, n_ctx - limit - 32),
-                                    finder=finder if system == "map+code" else None,
-                                    code_budget=code_budget)
+                asm = build(split.budget(tokens, with_code), with_code)
                 times.append((time.perf_counter() - t1) * 1000.0)
-            rows[f"{system}@{budget}"] = {
+            rows[f"{system}@{tokens}"] = {
                 **score(asm, task),
                 "first_build_ms": times[0],
                 "build_ms": times[1],
-                "tokens_beside_question": asm.n_tokens - fixed,
+                "tokens_beside_question": beside_question(asm),
             }
     for option in grid:
-        for budget in budgets:
-            map_tokens, code_budget = option.split(budget, cursor, True)
-            asm = assemble_turn(state, turn, index, session, map_tokens=map_tokens,
-                                answer_tokens=max(0, n_ctx - fixed - budget - 32),
-                                finder=finder, code_budget=code_budget)
-            rows[_grid_key(budget, option)] = {**score(asm, task),
-                                               "tokens_beside_question": asm.n_tokens - fixed}
+        for tokens in budgets:
+            asm = build(option.budget(tokens), True)
+            rows[_grid_key(tokens, option)] = {**score(asm, task),
+                                               "tokens_beside_question": beside_question(asm)}
     return {"id": task["id"], "repo": task.get("repo") or task["id"].rsplit("-", 1)[0],
             "index_s": index_s, "results": rows}
 

@@ -63,18 +63,26 @@ def _add_workspace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="F", help="the file the question is about (focus + cursor)")
     p.add_argument("--line", type=int, metavar="N", help="1-based cursor line in --file")
     p.add_argument(
+        "--context-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the bound on the context beside the question: repo map, pins, diff, outputs, "
+             "code (default 2560, the server's contextTokens)",
+    )
+    p.add_argument(
         "--map-tokens",
         type=int,
-        default=1024,
+        default=None,
         metavar="N",
-        help="repo-map token budget (default 1024; 0 = no map)",
+        help="the repo map's budget inside it (default: 40%%, 1024; 0 = no map)",
     )
     p.add_argument(
         "--code-tokens",
         type=int,
-        default=1536,
+        default=None,
         metavar="N",
-        help="token budget of the code segments (default 1536; 0 = none)",
+        help="a cap on the code segments inside it (default: what is left; 0 = none)",
     )
 
 
@@ -265,12 +273,18 @@ def _turn_request(args: argparse.Namespace, root: Any, question: str) -> Any:
     return TurnRequest(question=question, file=file, line=args.line, max_tokens=args.max_tokens)
 
 
-def _code_budget(args: argparse.Namespace) -> Any:
-    from contenox_lsp.code_segment import CodeBudget
+def _context_budget(args: argparse.Namespace) -> Any:
+    """The one budget beside the question from ``--context-tokens``, ``--map-tokens`` and
+    ``--code-tokens`` (the server's ``contextTokens``, ``repoMapTokens``, ``codeTokens``)."""
+    from contenox_lsp.context_budget import DEFAULT_CONTEXT_TOKENS, ContextBudget
 
-    if not 0 <= args.code_tokens <= 65_536:
-        raise InputError("--code-tokens must be between 0 and 65536", code_tokens=args.code_tokens)
-    return CodeBudget(args.code_tokens)
+    for flag, value in (("--context-tokens", args.context_tokens),
+                        ("--map-tokens", args.map_tokens), ("--code-tokens", args.code_tokens)):
+        if value is not None and not 0 <= value <= 65_536:
+            raise InputError(f"{flag} must be between 0 and 65536",
+                             **{flag[2:].replace("-", "_"): value})
+    tokens = DEFAULT_CONTEXT_TOKENS if args.context_tokens is None else args.context_tokens
+    return ContextBudget(tokens, map_cap=args.map_tokens, code_cap=args.code_tokens)
 
 
 def _emit(piece: str) -> None:
@@ -290,9 +304,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     root = resolve_workspace(args.workspace)
     turn = _turn_request(args, root, args.question)
+    budget = _context_budget(args)
     with open_session(_load_profile(args)) as session:
-        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens,
-                           code_budget=_code_budget(args))
+        ws = WorkspaceTurn(root, session, budget=budget)
         outcome = ws.ask(turn, (lambda _p: None) if args.json else _emit)
     if args.json:
         print(json.dumps({"text": outcome.text, "metrics": outcome.metrics}, indent=2))
@@ -331,9 +345,9 @@ def cmd_explain_context(args: argparse.Namespace) -> int:
 
     root = resolve_workspace(args.workspace)
     turn = _turn_request(args, root, args.question)
+    budget = _context_budget(args)
     with open_session(_load_profile(args)) as session:
-        ws = WorkspaceTurn(root, session, map_tokens=args.map_tokens,
-                           code_budget=_code_budget(args))
+        ws = WorkspaceTurn(root, session, budget=budget)
         if args.json:
             # The server's contenox/explainContext document, plus the folder it describes.
             doc = {"workspace": str(root), **ws.explain_view(turn)}

@@ -67,10 +67,17 @@ class CodeBudget:
         """This budget with its question part bounded by what the engine prefills in
         ``question_ms`` at ``tokens_per_s`` (at least ``QUESTION_MIN_TOKENS``); unchanged when
         the rate is not known yet or ``question_ms`` is 0."""
-        if tokens_per_s is None or question_ms <= 0:
-            return self
-        cap = max(QUESTION_MIN_TOKENS, int(tokens_per_s * question_ms / 1000.0))
-        return replace(self, question_max=cap)
+        cap = question_cap(tokens_per_s, question_ms)
+        return self if cap is None else replace(self, question_max=cap)
+
+
+def question_cap(tokens_per_s: float | None, question_ms: int) -> int | None:
+    """The question part's bound: what the engine prefills in ``question_ms`` at
+    ``tokens_per_s`` (at least ``QUESTION_MIN_TOKENS``); None when the rate is not known yet or
+    ``question_ms`` is 0."""
+    if tokens_per_s is None or question_ms <= 0:
+        return None
+    return max(QUESTION_MIN_TOKENS, int(tokens_per_s * question_ms / 1000.0))
 
 
 #: The question part's floor under a latency bound (a definition or two).

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contenox_lsp.context_budget import DEFAULT_CONTEXT_TOKENS, ContextBudget
 from contenox_lsp.errors import InputError
 
 # initializationOptions key → (dataclass field, accepted python types, validator description)
@@ -17,6 +18,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
     "model": ("model", (str,), "a GGUF file path"),
     "debounceMs": ("debounce_ms", (int,), "an integer between 0 and 60000"),
     "prefillOnIdle": ("prefill_on_idle", (bool,), "true or false"),
+    "contextTokens": ("context_tokens", (int,), "an integer between 0 and 65536"),
     "repoMapTokens": ("repo_map_tokens", (int,), "an integer between 0 and 65536"),
     "codeTokens": ("code_tokens", (int,), "an integer between 0 and 65536"),
     "questionCodeMs": ("question_code_ms", (int,), "an integer between 0 and 600000"),
@@ -28,6 +30,7 @@ _KEYS: dict[str, tuple[str, tuple[type, ...], str]] = {
 
 _RANGES: dict[str, tuple[int, int]] = {
     "debounce_ms": (0, 60_000),
+    "context_tokens": (0, 65_536),
     "repo_map_tokens": (0, 65_536),
     "code_tokens": (0, 65_536),
     "question_code_ms": (0, 600_000),
@@ -49,11 +52,15 @@ class ServerOptions:
     """Idle time after the last edit before re-assembly and pre-prefill."""
     prefill_on_idle: bool = True
     """Pre-prefill the prompt up to the user turn in idle time."""
-    repo_map_tokens: int = 1024
-    """Token budget of the repo-map segment."""
-    code_tokens: int = 1536
-    """Token budget of the code segments (J): 35% for the definitions the cursor's code uses,
-    the rest for those matching the question (bounded by ``question_code_ms``)."""
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    """The bound on a turn's context beside the question (``ContextBudget``): the repo map's
+    share, then the code segments in what is left."""
+    repo_map_tokens: int | None = None
+    """The repo map's budget inside ``context_tokens``; None → its share (1,024 of 2,560)."""
+    code_tokens: int | None = None
+    """A cap on the code segments (J) inside ``context_tokens``; None → what is left. 35% for
+    the definitions the cursor's code uses, the rest for those matching the question (bounded
+    by ``question_code_ms``)."""
     question_code_ms: int = 1000
     """Prefill time an ask may spend on the code its question finds (it cannot be prefilled
     before the question): that part gets at most what the engine's measured prefill rate
@@ -68,6 +75,11 @@ class ServerOptions:
     log_level: str = "info"
     extra: dict[str, Any] = field(default_factory=dict)
     """Unrecognised-but-harmless keys are kept here (and warned about)."""
+
+    def context_budget(self) -> ContextBudget:
+        """The one budget beside the question these options give."""
+        return ContextBudget(self.context_tokens, map_cap=self.repo_map_tokens,
+                             code_cap=self.code_tokens)
 
 
 def merge_initialization_options(
@@ -121,10 +133,14 @@ def add_server_arguments(parser: Any) -> None:
                         help="idle time after an edit before re-assembly (default 300)")
     parser.add_argument("--no-prefill-on-idle", action="store_true",
                         help="do not pre-prefill the context in idle time")
+    parser.add_argument("--context-tokens", type=int, default=None,
+                        help="the bound on the context beside the question: repo map, pins, "
+                             "diff, outputs, code (default 2560)")
     parser.add_argument("--repo-map-tokens", type=int, default=None,
-                        help="token budget of the repo map (default 1024)")
+                        help="the repo map's budget inside it (default: 40%%, 1024; 0 = none)")
     parser.add_argument("--code-tokens", type=int, default=None,
-                        help="token budget of the code segments (default 1536; 0 = none)")
+                        help="a cap on the code segments inside it (default: what is left; "
+                             "0 = none)")
     parser.add_argument("--question-code-ms", type=int, default=None,
                         help="prefill time an ask may spend on the code its question finds "
                              "(default 1000; 0 = no bound)")
@@ -140,7 +156,8 @@ def options_from_args(ns: Any) -> ServerOptions:
     missing attribute keeps its default, so the CLI's own parser works too)."""
     opts = ServerOptions()
     changes: dict[str, Any] = {}
-    for name in ("profile", "model", "debounce_ms", "repo_map_tokens", "code_tokens",
+    for name in ("profile", "model", "debounce_ms", "context_tokens", "repo_map_tokens",
+                 "code_tokens",
                  "question_code_ms", "max_tokens",
                  "snapshot_dir", "log_level"):
         v = getattr(ns, name, None)

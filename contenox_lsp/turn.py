@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contenox_lsp import workspace_reads as W
-from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget, CodeRequest, code_inputs
+from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs
+from contenox_lsp.context_budget import ContextBudget, beside_question
 from contenox_lsp.paths import relative_to_roots, root_of
 from contextasm import (
     Assembly,
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from engine import Session
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
+
+#: Attempts to fit the code segments into what the budget leaves (each one narrows the room by
+#: what the last one overran); after them the turn goes without code rather than over.
+FIT_TRIES = 3
 
 #: Lines of code on each side of the cursor line sent as the cursor context.
 CURSOR_CONTEXT_LINES = 8
@@ -240,18 +245,34 @@ def gather(
     )
 
 
-def assemble_turn(
+def assemble_within(
     state: WorkspaceState,
     turn: TurnSpec,
     index: RepoIndex | None,
     session: Session,
+    budget: ContextBudget,
     *,
-    map_tokens: int,
     answer_tokens: int,
     finder: CodeFinder | None = None,
-    code_budget: CodeBudget = DEFAULT_CODE_BUDGET,
 ) -> Assembly:
-    """The prompt of one turn, budgeted to leave ``answer_tokens`` for the answer."""
-    inputs = gather(state, turn, repo_map(index, session, map_tokens, state),
-                    code(finder, session, state, turn, code_budget))
-    return assemble(inputs, session, session.identity, max_new_tokens=answer_tokens)
+    """The prompt of one turn with its context beside the question within ``budget``: the map
+    at its share, the code segments in what the map, pins, diff, outputs and cursor context
+    leave. Assembled once without code to measure that (segment tokenizations are cached, so
+    the second pass tokenizes only the code)."""
+    rmap = repo_map(index, session, budget.map_tokens, state)
+    without_code = assemble(gather(state, turn, rmap), session, session.identity,
+                            max_new_tokens=answer_tokens)
+    used = beside_question(without_code)
+    asm = without_code
+    for _ in range(FIT_TRIES):
+        code_budget = budget.code(used)
+        if finder is None or code_budget.tokens <= 0:
+            return without_code
+        inputs = gather(state, turn, rmap, code(finder, session, state, turn, code_budget))
+        asm = assemble(inputs, session, session.identity, max_new_tokens=answer_tokens)
+        over = beside_question(asm) - budget.tokens
+        if over <= 0:
+            return asm
+        # The snippets were counted one by one; their framing and joins took ``over`` more.
+        used += over
+    return without_code

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from contenox_lsp.completion.prompt import choose_mode, completion_layout
+from contenox_lsp.context_budget import ContextBudget, beside_question
 from engine.session import reusable_prefix
 
 if TYPE_CHECKING:
@@ -34,8 +35,12 @@ def explain_view(
     include_text: bool = False,
     prefill_tokens_per_s: float | None = None,
     question_code_bound: dict[str, Any] | None = None,
+    budget: ContextBudget,
 ) -> dict[str, Any]:
     """What of ``assembly`` is cached, segment by segment.
+
+    ``budget``: the one budget the context beside the question was built within (shown with
+    the tokens it took).
 
     ``question_code_bound``: what bounded the question's code (the server's; the CLI's
     one-shot ask has no bound).
@@ -100,6 +105,7 @@ def explain_view(
         # context file after a file separator, then the current file); else "plain"
         "completionLayout": completion_layout(completion_mode, session.fim_tokens),
         "questionCodeBound": question_code_bound or CLI_QUESTION_CODE_BOUND,
+        "budget": budget.describe(beside_question(assembly)),
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contenox_lsp.code_segment import DEFAULT_CODE_BUDGET, CodeBudget
+from contenox_lsp.context_budget import ContextBudget
 from contenox_lsp.errors import InputError
 from contenox_lsp.paths import is_under
 from contenox_lsp.runtime.snapshot_store import snapshot_store, snapshot_writer
 from contenox_lsp.turn import (
     TurnSpec,
     WorkspaceState,
-    assemble_turn,
+    assemble_within,
     read_disk_text,
     turn_at,
 )
@@ -39,7 +39,6 @@ from engine.session import reusable_prefix
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAP_TOKENS = 1024
 DEFAULT_MAX_TOKENS = 128
 
 
@@ -89,8 +88,7 @@ class WorkspaceTurn:
         root: Path,
         session: Session,
         *,
-        map_tokens: int = DEFAULT_MAP_TOKENS,
-        code_budget: CodeBudget = DEFAULT_CODE_BUDGET,
+        budget: ContextBudget | None = None,
         store: SnapshotStore | None = None,
     ) -> None:
         from repo_index import RepoIndex
@@ -98,13 +96,12 @@ class WorkspaceTurn:
 
         self.root = root
         self.session = session
-        self.map_tokens = map_tokens
+        self.budget = budget if budget is not None else ContextBudget()
         self.store = store or snapshot_store(session.profile, root)
         # Under contenox's cache dir so that $CONTENOX_CACHE_DIR moves every cache at once.
         self.index = RepoIndex([root], cache_dir=cache_dir() / "repo-index")
         self.index.build()
         self.finder = CodeFinder(self.index, read_disk_text)
-        self.code_budget = code_budget
 
     # ------------------------------------------------------------------ assembly
 
@@ -119,9 +116,8 @@ class WorkspaceTurn:
         return turn_at([self.root], turn.file, turn.question, line=line)
 
     def assemble(self, turn: TurnRequest) -> Assembly:
-        return assemble_turn(self.state(turn), self.turn(turn), self.index, self.session,
-                             map_tokens=self.map_tokens, answer_tokens=turn.max_tokens,
-                             finder=self.finder, code_budget=self.code_budget)
+        return assemble_within(self.state(turn), self.turn(turn), self.index, self.session,
+                               self.budget, answer_tokens=turn.max_tokens, finder=self.finder)
 
     # ------------------------------------------------------------------ state
 
@@ -183,6 +179,7 @@ class WorkspaceTurn:
             asm, self.session, self.session.resident_tokens,
             snapshot_tokens=0 if snap is None else snap.key.n_tokens,
             prefill_tokens_per_s=self.measured_rate(),
+            budget=self.budget,
         )
 
     def ask(self, turn: TurnRequest, on_piece: Callable[[str], None]) -> AskOutcome:

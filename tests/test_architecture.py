@@ -19,12 +19,14 @@ PACKAGES = ("contenox_lsp", "contenox_bench", "contextasm", "engine", "repo_inde
 #: the completion prompt layout, decode and post-processing (its typing trace rebuilds the
 #: server's prompts; the completion eval's baselines answer as the server does, the BM25 one
 #: querying with the server's place),
-#: the turn pipeline with its code-segment budget (the context eval scores the prompts it
-#: builds), and the CLI's input error (its commands run under ``contenox-lsp``).
+#: the turn pipeline with its code-segment budget and the one context budget (the context eval
+#: scores the prompts it builds, split as the server splits it), and the CLI's input error
+#: (its commands run under ``contenox-lsp``).
 SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completion.prompt",
                  "contenox_lsp.completion.window", "contenox_lsp.completion.postprocess",
                  "contenox_lsp.completion.decode", "contenox_lsp.completion.retrieval",
-                 "contenox_lsp.turn", "contenox_lsp.code_segment", "contenox_lsp.errors"}
+                 "contenox_lsp.turn", "contenox_lsp.code_segment",
+                 "contenox_lsp.context_budget", "contenox_lsp.errors"}
 
 
 #: Modules of contextasm that may touch the filesystem: the snapshot store keeps its own cache

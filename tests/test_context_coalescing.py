@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contenox_lsp.context_budget import ContextBudget
 from contenox_lsp.runtime import context as ctx
 from contenox_lsp.runtime.context import ContextService
 from repo_index import RepoIndex
@@ -69,7 +70,7 @@ def test_folded_changes_index_like_the_final_text(ops: list[tuple[str, Any]],
 
 async def run_ops(root: Path, path: Path,
                   ops: list[tuple[str, Any]]) -> tuple[list[tuple[Any, ...]] | None, str | None]:
-    service = ContextService([root], repo_map_tokens=256)
+    service = ContextService([root], ContextBudget(map_cap=256))
     await service.build_index()
     text: str | None = BASE  # the buffer; None once closed (the index then reads the disk)
     try:

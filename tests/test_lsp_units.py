@@ -30,7 +30,8 @@ def test_initialization_options_bad_values_keep_defaults() -> None:
     )
     assert opts.debounce_ms == 50
     assert opts.prefill_on_idle is True and opts.max_tokens == 256
-    assert opts.repo_map_tokens == 1024 and opts.log_level == "info"
+    assert opts.repo_map_tokens is None and opts.log_level == "info"
+    assert opts.context_budget().map_tokens == 1024  # the map's share of the one budget
     assert len(warnings) == 5
     same, warnings = merge_initialization_options(ServerOptions(), ["not", "an", "object"])
     assert same == ServerOptions() and len(warnings) == 1

@@ -81,8 +81,10 @@ async def test_cli_and_server_assemble_the_same_tokens(
     assert _segments(cli) == _segments(served)
     assert [s["kind"] for s in served["segments"]].count("diff") == 1
     for key in ("totalTokens", "userStart", "profileId", "backend", "nCtx",
-                "reuseGranularity"):
+                "reuseGranularity", "budget"):
         assert cli[key] == served[key], key
+    # The one budget bounds what the doors built beside the question (diff, map and code).
+    assert 0 < served["budget"]["besideQuestion"] <= served["budget"]["contextTokens"]
     # One schema: the CLI's document has every field the server's has.
     assert set(served) <= set(cli)
     assert set(served["segments"][0]) == set(cli["segments"][0])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from contenox_lsp.context_budget import ContextBudget
 from contenox_lsp.workspace_session import TurnRequest, WorkspaceTurn
 from contextasm import SegmentKind, SnapshotStore
 
@@ -50,7 +51,8 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture()
 def ws(repo: Path, tmp_path: Path, llama_session: Any) -> Iterator[WorkspaceTurn]:
     store = SnapshotStore(tmp_path / "snaps", 1 << 30)
-    yield WorkspaceTurn(repo, llama_session, map_tokens=256, store=store)
+    yield WorkspaceTurn(repo, llama_session, budget=ContextBudget(map_cap=256, code_cap=1536),
+                        store=store)
 
 
 def greedy_after(session: Any, tokens: list[int]) -> tuple[int, list[int]]:

@@ -66,7 +66,8 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     session = await rt.session()
     assembly = await rt.assemble(turn)
     return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text,
-                        question_code_bound=rt.question_code_bound())
+                        question_code_bound=rt.question_code_bound(),
+                        budget=rt.context_budget())
 
 
 async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from contenox_lsp.clock import settle_wait
-from contenox_lsp.code_segment import CodeBudget
+from contenox_lsp.context_budget import ContextBudget
 from contenox_lsp.turn import read_disk_text
 from engine.model_files import cache_dir
 from repo_index import RepoIndex
@@ -66,11 +66,9 @@ class _BufferChange:
 
 
 class ContextService:
-    def __init__(self, roots: list[Path], repo_map_tokens: int,
-                 code_budget: CodeBudget | None = None) -> None:
+    def __init__(self, roots: list[Path], budget: ContextBudget | None = None) -> None:
         self.roots = list(roots)
-        self.repo_map_tokens = repo_map_tokens
-        self.code_budget = code_budget if code_budget is not None else CodeBudget()
+        self.budget = budget if budget is not None else ContextBudget()
         self.finder: CodeFinder | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "contenox-context")
         self.index: RepoIndex | None = None

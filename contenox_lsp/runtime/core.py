@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 
 from lsprotocol import types
 
-from contenox_lsp.code_segment import CodeBudget, SteadyRate
+from contenox_lsp.code_segment import SteadyRate, question_cap
 from contenox_lsp.completion.retrieval import Place, retrieve
 from contenox_lsp.completion.window import At, CursorWindow, cursor_window
+from contenox_lsp.context_budget import ContextBudget
 from contenox_lsp.errors import ServerError
 from contenox_lsp.next_edit.layout import Layout
 from contenox_lsp.options import ServerOptions
@@ -48,7 +49,7 @@ from contenox_lsp.runtime.residency import Residency
 from contenox_lsp.runtime.snapshot_store import conversations_dir, workspace_store
 from contenox_lsp.runtime.snapshots import handle as snapshot_action
 from contenox_lsp.runtime.worker import EngineWorker, Job, Priority
-from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_turn, read_disk_text, turn_at
+from contenox_lsp.turn import TurnSpec, WorkspaceState, assemble_within, read_disk_text, turn_at
 from contenox_lsp.views import TurnMetrics
 from contextasm import Assembly, get_format
 from contextasm.render import answer_lead
@@ -117,8 +118,7 @@ class Runtime:
                                    before_job=self.residency.before_job)
         self.engine = EngineAccess(self.worker)
         self.editor = EditorView(roots, editor_state)
-        self.context = ContextService(roots(), options.repo_map_tokens,
-                                      CodeBudget(options.code_tokens))
+        self.context = ContextService(roots(), options.context_budget())
         self._question_rate = SteadyRate()  # the prefill rate that bounds the question's code
         self._question_rate_key: str | None = None  # the engine identity it is remembered for
         self.snapshots = AutoSnapshots(
@@ -406,14 +406,13 @@ class Runtime:
         answer = max(self.options.max_tokens, max_new_tokens or 0)
 
         # The question's code is prefilled at the ask itself: bounded by the time it may take.
-        code_budget = self.context.code_budget.for_prefill_rate(
+        budget = self.context.budget.with_question_max(question_cap(
             self._steady_rate(session).update(session.metrics.prefill_rate()),
-            self.options.question_code_ms)
+            self.options.question_code_ms))
 
         def build(svc: ContextService) -> Assembly:
-            return assemble_turn(state, turn, svc.index, session,
-                                 map_tokens=svc.repo_map_tokens, answer_tokens=answer,
-                                 finder=svc.finder, code_budget=code_budget)
+            return assemble_within(state, turn, svc.index, session, budget,
+                                   answer_tokens=answer, finder=svc.finder)
 
         with structured_errors():
             return await self.context.call(build)
@@ -429,11 +428,15 @@ class Runtime:
             self._question_rate_key = key
         return self._question_rate
 
+    def context_budget(self) -> ContextBudget:
+        """The one budget the context beside the question is built within."""
+        return self.context.budget
+
     def question_code_bound(self) -> dict[str, Any]:
         """What bounds the question's code now (``contenox/explainContext``)."""
         rate = self._question_rate
         ms = self.options.question_code_ms
-        tokens = self.context.code_budget.for_prefill_rate(rate.value, ms).question_max
+        tokens = question_cap(rate.value, ms)
         return {"tokens": tokens, "questionCodeMs": ms,
                 "tokensPerS": None if rate.value is None else round(rate.value, 1),
                 "source": rate.source}

@@ -24,7 +24,7 @@ return {
     end
     on_dir(root)
   end,
-  -- contenox_lsp/options.py: debounceMs, prefillOnIdle, maxTokens, repoMapTokens, profile,
+  -- contenox_lsp/options.py: debounceMs, prefillOnIdle, maxTokens, contextTokens, repoMapTokens, profile,
   -- model, snapshotDir, logLevel. The server validates them (bad values → a warning).
   init_options = { debounceMs = 300, prefillOnIdle = true },
   handlers = {

@@ -131,8 +131,19 @@ export interface ExplainResult {
   completionLayout?: 'plain' | 'repository' | string;
   /** What bounds the code the question finds (`source` "cli": not bounded). */
   questionCodeBound?: QuestionCodeBound;
+  /** The one budget of the context beside the question (`contextTokens`) and what this prompt used. */
+  budget?: ContextBudget;
   segments: Segment[];
   dropped?: DroppedSegment[];
+}
+
+export interface ContextBudget {
+  contextTokens: number;
+  mapTokens: number;
+  mapShare: number;
+  codeCursorShare: number;
+  codeTokensCap: number | null;
+  besideQuestion: number | null;
 }
 
 export interface QuestionCodeBound {
