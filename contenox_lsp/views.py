@@ -36,11 +36,13 @@ def explain_view(
     prefill_tokens_per_s: float | None = None,
     question_code_bound: dict[str, Any] | None = None,
     budget: ContextBudget,
+    index: dict[str, Any],
 ) -> dict[str, Any]:
     """What of ``assembly`` is cached, segment by segment.
 
     ``budget``: the one budget the context beside the question was built within (shown with
-    the tokens it took).
+    the tokens it took). ``index``: the repo index's state and files (the server's: while it
+    builds, the prompt has no repo map and no code; the CLI builds it before assembling).
 
     ``question_code_bound``: what bounded the question's code (the server's; the CLI's
     one-shot ask has no bound).
@@ -106,6 +108,7 @@ def explain_view(
         "completionLayout": completion_layout(completion_mode, session.fim_tokens),
         "questionCodeBound": question_code_bound or CLI_QUESTION_CODE_BOUND,
         "budget": budget.describe(beside_question(assembly)),
+        "index": index,
         "segments": segments,
         "dropped": [
             {"kind": d.kind.value, "label": d.label, "cacheClass": d.cache_class.value,

@@ -180,6 +180,7 @@ class WorkspaceTurn:
             snapshot_tokens=0 if snap is None else snap.key.n_tokens,
             prefill_tokens_per_s=self.measured_rate(),
             budget=self.budget,
+            index={"state": "ready", "files": len(self.index.files())},
         )
 
     def ask(self, turn: TurnRequest, on_piece: Callable[[str], None]) -> AskOutcome:

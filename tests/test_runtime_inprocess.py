@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from contenox_lsp.runtime.idle_prefill import IdlePrefill
 from contenox_lsp.runtime.worker import Priority
 from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
 from contextasm import Assembly, SegmentKind
+from repo_index import RepoIndex
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
 
@@ -363,3 +365,52 @@ async def test_a_prefix_the_store_refused_is_not_written_again(runtime: Any) -> 
     assert await rt.snapshots.checkpoint(state.assembly) is None
     rt.snapshots.save_at_shutdown()
     assert writes == [key]
+
+
+async def test_an_ask_is_answered_while_the_index_builds(
+    workspace: Path, llama_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold build of a large repository takes a minute: an ask meanwhile is answered from
+    what the editor holds (no repo map, no code) instead of waiting, explainContext's index
+    state says why, and once the build is done the context has both again. The build is held
+    on an event here (a real one is only slow on a large tree)."""
+    monkeypatch.setenv("CONTENOX_CACHE_DIR", str(tmp_path / "cache"))
+    release, started = threading.Event(), threading.Event()
+    real_build = RepoIndex.build
+
+    def held_build(index: RepoIndex) -> Any:
+        started.set()
+        assert release.wait(300), "the test never released the build"
+        return real_build(index)
+
+    monkeypatch.setattr(RepoIndex, "build", held_build)
+    editor = Editor(workspace)
+    decoder = workspace / "json" / "decoder.py"
+    editor.buffers[decoder] = decoder.read_text("utf-8")
+    rt = Runtime(ServerOptions(debounce_ms=50, repo_map_tokens=192, max_tokens=8),
+                 lambda: [workspace], editor.state, RecordingNotifier(),
+                 opener=lambda: contextlib.nullcontext(llama_session))
+    start = asyncio.create_task(rt.start())
+    try:
+        await asyncio.to_thread(started.wait, 60)
+        turn = turn_at((workspace,), decoder, "What does JSONDecoder.decode return?",
+                       text=editor.buffers[decoder], line=340)
+        early = await asyncio.wait_for(rt.assemble(turn, 8), 60)  # not after the build
+        assert rt.index_view()["state"] == "building"
+        assert early.segment(SegmentKind.REPO_MAP) is None
+        assert [s.label for s in early.segments if s.kind == SegmentKind.CODE] == [
+            "cursor context"]
+        out = await asyncio.wait_for(rt.run_prompt(turn, 8), 120)
+        assert out["metrics"]["decodeTokens"] >= 1 and not start.done()
+        release.set()
+        await asyncio.wait_for(start, 300)
+        assert rt.index_view() == {"state": "ready", "files": rt.index_view()["files"]}
+        later = await rt.assemble(turn, 8)
+        assert later.segment(SegmentKind.REPO_MAP) is not None
+        assert any(s.label != "cursor context" for s in later.segments
+                   if s.kind == SegmentKind.CODE)
+    finally:
+        release.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(start, 300)
+        rt.close()

@@ -67,7 +67,7 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     assembly = await rt.assemble(turn)
     return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text,
                         question_code_bound=rt.question_code_bound(),
-                        budget=rt.context_budget())
+                        budget=rt.context_budget(), index=rt.index_view())
 
 
 async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:

@@ -5,6 +5,12 @@ edits are applied to the index in the order they arrived, and the index is never
 it is being updated. Editor state (open buffers, pins) is captured on the event loop first
 (``turn.WorkspaceState``) because pygls's workspace is not thread-safe.
 
+While the index is being built (a cold build of a large repository takes a minute), the
+thread is busy with it: assemblies and token counts then run on a second thread against a view
+without the index (``ContextView``: no repo map, no code), so an ask is answered at once from
+what the editor holds — and ``contenox/explainContext`` says the index is building. Edits still
+queue behind the build, in order.
+
 Edits coalesce: while a buffer change waits for the thread, later changes of the same file
 fold into it (the newest text, the incremental edits appended), so a backlog of keystrokes
 costs one re-index of the latest text instead of one per keystroke, and holds one copy of
@@ -21,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from contenox_lsp.clock import settle_wait
 from contenox_lsp.context_budget import ContextBudget
@@ -65,12 +71,38 @@ class _BufferChange:
             self.edits = self.edits + edits
 
 
+class ContextView(Protocol):
+    """What an assembly on the context thread reads: the index and its code finder (None
+    while the index is building) and the one budget."""
+
+    @property
+    def index(self) -> RepoIndex | None: ...
+
+    @property
+    def finder(self) -> CodeFinder | None: ...
+
+    @property
+    def budget(self) -> ContextBudget: ...
+
+
+@dataclass(frozen=True)
+class WithoutIndex:
+    """The context as it is while the index builds: no repo map, no code."""
+
+    budget: ContextBudget
+    index: RepoIndex | None = None
+    finder: CodeFinder | None = None
+
+
 class ContextService:
     def __init__(self, roots: list[Path], budget: ContextBudget | None = None) -> None:
         self.roots = list(roots)
         self.budget = budget if budget is not None else ContextBudget()
         self.finder: CodeFinder | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "contenox-context")
+        # Assemblies while the context thread builds the index (see the module's docstring).
+        self._early = concurrent.futures.ThreadPoolExecutor(1, "contenox-context-early")
+        self._builds = 0  # builds queued or running (counted on the event loop)
         self.index: RepoIndex | None = None
         self.index_state = "idle"  # idle | building | ready | error
         self.index_error: str | None = None
@@ -92,7 +124,16 @@ class ContextService:
     # -- index ----------------------------------------------------------------------------------
 
     async def build_index(self, progress: ProgressFn | None = None) -> None:
-        await self._run(self._build, progress)
+        self._builds += 1
+        try:
+            await self._run(self._build, progress)
+        finally:
+            self._builds -= 1
+
+    @property
+    def building(self) -> bool:
+        """A build is queued or running: assemblies go without the index meanwhile."""
+        return self._builds > 0
 
     def _build(self, progress: ProgressFn | None) -> None:
         self.index_state = "building"
@@ -177,12 +218,18 @@ class ContextService:
         self.roots = list(roots)
         await self.build_index(progress)
 
-    async def call(self, fn: Callable[[ContextService], T]) -> T:
-        """Run ``fn(self)`` on the context thread (assembly, token counts)."""
+    async def call(self, fn: Callable[[ContextView], T]) -> T:
+        """Run ``fn(self)`` on the context thread (assembly, token counts); while the index is
+        building, ``fn(WithoutIndex)`` on the early thread instead, so it does not wait."""
+        if self.building:
+            loop = asyncio.get_running_loop()
+            early: T = await loop.run_in_executor(self._early, fn, WithoutIndex(self.budget))
+            return early
         result: T = await self._run(fn, self)
         return result
 
     def close(self, wait: bool = False) -> None:
+        self._early.shutdown(wait=wait, cancel_futures=True)
         self._executor.shutdown(wait=wait, cancel_futures=True)
         if wait and self.index is not None:
             # Edits since the last build and the map's hysteresis state survive a restart.

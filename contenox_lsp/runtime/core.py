@@ -34,7 +34,7 @@ from contenox_lsp.progress import Notifier, Reporter
 from contenox_lsp.runtime.auto_snapshots import AutoSnapshots
 from contenox_lsp.runtime.completion import COMPLETION_BRANCH, CompletionService
 from contenox_lsp.runtime.completion import JOB_LABEL as COMPLETION_LABEL
-from contenox_lsp.runtime.context import ContextService
+from contenox_lsp.runtime.context import ContextService, ContextView
 from contenox_lsp.runtime.conversations import Conversations, prompt_outputs
 from contenox_lsp.runtime.editor_view import EditorView
 from contenox_lsp.runtime.engine_access import EngineAccess, structured_errors
@@ -375,12 +375,17 @@ class Runtime:
             "snapshots": self.snapshots.view(),
             "error": None if err is None else str(err),
             "index": {
-                "state": self.context.index_state,
-                "files": self.context.index_files,
+                **self.index_view(),
                 "error": self.context.index_error,
                 "foldedChanges": self.context.folded_changes,
             },
         }
+
+    def index_view(self) -> dict[str, Any]:
+        """The repo index's state (``building``: prompts go without repo map and code
+        meanwhile) and how many files it holds."""
+        state = "building" if self.context.building else self.context.index_state
+        return {"state": state, "files": self.context.index_files}
 
     async def token_counts(self, texts: list[str | None]) -> list[int | None]:
         """Each text's length in the model's tokens (None: no text, or no model loaded yet),
@@ -389,7 +394,7 @@ class Runtime:
         if session is None:
             return [None] * len(texts)
 
-        def count(_svc: ContextService) -> list[int | None]:
+        def count(_svc: ContextView) -> list[int | None]:
             return [None if t is None else len(session.tokenize(t, add_bos=False, special=False))
                     for t in texts]
 
@@ -410,7 +415,7 @@ class Runtime:
             self._steady_rate(session).update(session.metrics.prefill_rate()),
             self.options.question_code_ms))
 
-        def build(svc: ContextService) -> Assembly:
+        def build(svc: ContextView) -> Assembly:
             return assemble_within(state, turn, svc.index, session, budget,
                                    answer_tokens=answer, finder=svc.finder)
 
@@ -467,7 +472,7 @@ class Runtime:
         it, still run."""
         buffers = {str(p): t for p, t in self._editor_state().open_buffers.items()}
 
-        def choose(svc: ContextService) -> tuple[tuple[str, str], ...]:
+        def choose(svc: ContextView) -> tuple[tuple[str, str], ...]:
             if svc.finder is None:
                 return ()  # the index is still building
             svc.finder.read_text = texts_reader(buffers, read_disk_text)

@@ -133,6 +133,8 @@ export interface ExplainResult {
   questionCodeBound?: QuestionCodeBound;
   /** The one budget of the context beside the question (`contextTokens`) and what this prompt used. */
   budget?: ContextBudget;
+  /** The repo index: `building` → this prompt has no repo map and no code segments yet. */
+  index?: { state: 'building' | 'ready' | 'error' | 'idle' | string; files: number | null };
   segments: Segment[];
   dropped?: DroppedSegment[];
 }
