@@ -23,7 +23,7 @@ from repo_index.extract import parse_and_extract
 from repo_index.graph import SymbolGraph
 from repo_index.ignore import DEFAULT_IGNORES
 from repo_index.incremental import OpenDocument, reparse
-from repo_index.rank import Ranking, rank
+from repo_index.rank import RankGraph, Ranking, prepare, rank
 from repo_index.records import FileRecord
 from repo_index.render import Candidates, FileView, ItemKey, RepoMap, render
 from repo_index.results import BuildReport, Location, Symbol
@@ -58,6 +58,7 @@ class IndexStats:
     region: int = 0  # updates parsed incrementally and re-extracted only around the edit
     unchanged: int = 0  # updates whose text was identical
     rankings: int = 0  # PageRank computations
+    rank_graphs: int = 0  # PageRank's focus-independent graph built (else: kept)
     candidate_builds: int = 0  # map candidates scored for every file (else: patched per file)
     cache_loads: int = 0
     cache_saves: int = 0
@@ -114,6 +115,8 @@ class RepoIndex:
         self._binaries: dict[str, tuple[int, int]] = {}  # path -> (size, mtime): known binary
         self._docs: OrderedDict[str, OpenDocument] = OrderedDict()  # open buffers, LRU
         self._graph: SymbolGraph | None = None  # built on first use
+        # rank()'s focus-independent graph for (this graph object, its version).
+        self._rank_graph: tuple[SymbolGraph, int, RankGraph] | None = None
         self._rankings: OrderedDict[tuple[Any, ...], _Ranked] = OrderedDict()
         self._outline_version = 0  # bumps whenever anything the map could show changes
         # The path of each bump since version ``_outline_log_start`` (see _outline_changed).
@@ -196,6 +199,7 @@ class RepoIndex:
         for path in [p for p in self._docs if p not in found]:
             del self._docs[path]
         self._graph = None
+        self._rank_graph = None
         self._rankings.clear()
         self._outline_changed(None)
         self.stats.reused += reused
@@ -526,7 +530,8 @@ class RepoIndex:
         # A stable map seeds PageRank with the previous ranking: a few iterations then suffice
         # (the low-order bits depend on history, which stability does anyway).
         start = ranked.ranking if stable and ranked is not None else None
-        ranking = rank(graph, graph.paths(), set(focus), set(idents), start)
+        ranking = rank(graph, graph.paths(), set(focus), set(idents), start,
+                       self._prepared(graph))
         self.stats.rankings += 1
         ranked = _Ranked(ranking, graph.version, graph.file_set_version, graph.churn)
         if stable or key not in self._rankings:
@@ -535,6 +540,18 @@ class RepoIndex:
             while len(self._rankings) > _RANKINGS_KEPT:
                 self._rankings.popitem(last=False)
         return ranked
+
+    def _prepared(self, graph: SymbolGraph) -> RankGraph:
+        """``rank``'s graph for the current symbol graph, kept until it changes: a map for
+        another focus file reuses it."""
+        kept = self._rank_graph
+        if kept is not None and kept[0] is graph and kept[1] == graph.version:
+            return kept[2]
+        self._rank_graph = None  # the old one goes before the new one is built
+        prepared = prepare(graph, graph.paths())
+        self.stats.rank_graphs += 1
+        self._rank_graph = (graph, graph.version, prepared)
+        return prepared
 
     # ----------------------------------------------------------------- queries
 

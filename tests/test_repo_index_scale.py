@@ -6,12 +6,14 @@ what scoring every file afresh gives; the count equals a scan."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
 import pytest
 
 from repo_index import RepoIndex, languages, render
+from repo_index import rank as rank_module
 from repo_index.extract import extract
 from repo_index.graph import SymbolGraph
 from repo_index.rank import Ranking
@@ -154,3 +156,50 @@ def test_graph_size_is_kept_as_a_count() -> None:
             text = rng.choice(texts)
             graph.set_file(path, symbols(text) if text or rng.random() < 0.5 else None)
         assert graph.size() == sum(len(row) for row in graph.used.values())
+
+
+def test_focus_weights_from_the_kept_graph_are_the_direct_formula_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    """The kept graph applies the focus factors to the edges they touch; every edge weight and
+    outgoing total must be what the formula gives computed directly (the map is promised to
+    be byte-identical for the same index and focus)."""
+    idx = _built(_workspace(tmp_path, 30), tmp_path / "r")
+    graph = idx._ensure_graph()
+    paths = graph.paths()
+    g = rank_module.prepare(graph, paths)
+    for focus_files, idents in (((), ()), ((paths[4],), ()), ((paths[1], paths[9]), ("helper_3",)),
+                                ((), ("Thing2", "method_5", "absent"))):
+        focus_ix = {g.index[p] for p in focus_files}
+        weight, total_out = rank_module._focused(g, focus_ix, idents)
+        expected_total = [0.0] * len(paths)
+        e = 0
+        for k, name in enumerate(g.names):
+            base = rank_module.name_weight(name, g.n_definers[k], idents)
+            for p, count in sorted(graph.used[name].items()):
+                r = g.index[p]
+                w = base * math.sqrt(count)
+                if r in focus_ix:
+                    w *= rank_module.FOCUS_FILE_BOOST
+                if name in languages.common_names_for(p):
+                    w *= rank_module.BUILTIN_FACTOR
+                assert (g.edge_user[e], weight[e]) == (r, w), (name, p)
+                expected_total[r] += w
+                e += 1
+        assert e == len(weight) and list(total_out) == expected_total
+
+
+def test_a_new_focus_reuses_the_rank_graph_and_maps_as_a_fresh_index(tmp_path: Path) -> None:
+    root = _workspace(tmp_path, 24)
+    idx = _built(root, tmp_path / "a")
+    control = _built(root, tmp_path / "b")
+    files = sorted(idx.files())
+    for focus, idents in (((), ()), ((files[3],), ()), ((files[8],), ("helper_5",)),
+                          ((files[3], files[12]), ())):
+        control._rank_graph = None  # the control builds PageRank's graph afresh every time
+        got = idx.repo_map(300, focus, idents, stable=False)
+        assert got == control.repo_map(300, focus, idents, stable=False), (focus, idents)
+    assert idx.stats.rank_graphs == 1 and control.stats.rank_graphs == 4
+    idx.update(files[2], module(2, 1))  # a signature edit: the graph changed
+    assert idx.repo_map(300, (files[20],), stable=False).text
+    assert idx.stats.rank_graphs == 2
