@@ -1,32 +1,35 @@
 """The persistent index cache: one file per workspace, written atomically.
 
-Format: an 8-byte magic, a 32-byte BLAKE2b checksum of the payload, then the payload, which is
-``marshal`` of plain data only (dicts, tuples, strings, ints, bytes): nothing executable is
-ever loaded from disk. A file that fails any check is discarded (logged), never fatal.
+Format: an 8-byte magic, then a body of ``marshal`` records — a header ``{"format", "roots",
+"state"}``, one ``(path, entry)`` per file, and ``None`` to end — then a 32-byte BLAKE2b
+checksum of the body. Only plain data is marshalled (dicts, tuples, strings, ints, bytes):
+nothing executable is ever loaded from disk. A file that fails any check is discarded
+(logged), never fatal. The records are written one file at a time, so saving the index of
+a 20,000-file workspace never holds its whole serialised form (it did: ~300 MiB at once).
 
-Payload: ``{"format", "roots", "files": {path: entry}, "state": {...}}`` where an entry is
-``(size, mtime_ns, content_digest, language, grammar_key, status, symbols_plain | None)``.
-A file's entry is reused when its size and mtime match (or, failing that, its content digest)
-and the grammar key (grammar wheel version, tree-sitter version, query text, extractor
-version) of its language is unchanged.
+An entry is ``(size, mtime_ns, content_digest, language, grammar_key, status,
+symbols_plain | None)``. A file's entry is reused when its size and mtime match (or, failing
+that, its content digest) and the grammar key (grammar wheel version, tree-sitter version,
+query text, extractor version) of its language is unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import marshal
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3
-MAGIC = b"CXRIDX\x00\x03"
+FORMAT = 4
+MAGIC = b"CXRIDX\x00\x04"
 _SUM = 32
 
 
@@ -62,27 +65,29 @@ class IndexCache:
     def _check(self, blob: bytes) -> dict[str, Any]:
         if not blob.startswith(MAGIC):
             raise ValueError("not a repo index cache (bad magic)")
-        body = memoryview(blob)[len(MAGIC) + _SUM :]
-        expected = blob[len(MAGIC) : len(MAGIC) + _SUM]
-        if hashlib.blake2b(body, digest_size=_SUM).digest() != expected:
+        if len(blob) < len(MAGIC) + _SUM:
+            raise ValueError("truncated")
+        body = memoryview(blob)[len(MAGIC) : len(blob) - _SUM]
+        if hashlib.blake2b(body, digest_size=_SUM).digest() != blob[len(blob) - _SUM :]:
             raise ValueError("checksum mismatch")
-        payload = marshal.loads(body)
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        stream = io.BytesIO(body)
+        header = marshal.load(stream)
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise ValueError("unknown format")
-        if payload.get("roots") != self.roots:
+        if header.get("roots") != self.roots:
             raise ValueError("cache belongs to other workspace folders")
-        if not isinstance(payload.get("files"), dict) or not isinstance(payload.get("state"), dict):
+        if not isinstance(header.get("state"), dict):
             raise ValueError("malformed payload")
-        return payload
+        files: dict[str, Any] = {}
+        while (record := marshal.load(stream)) is not None:
+            if not isinstance(record, tuple) or len(record) != 2:
+                raise ValueError("malformed file record")
+            files[record[0]] = record[1]
+        return {"format": FORMAT, "roots": self.roots, "files": files,
+                "state": header["state"]}
 
-    def save(self, files: dict[str, tuple[Any, ...]], state: dict[str, Any]) -> bool:
-        payload = {"format": FORMAT, "roots": self.roots, "files": files, "state": state}
-        try:
-            body = marshal.dumps(payload, 4)
-        except ValueError as exc:  # an unmarshallable value is a bug, but must not be fatal
-            log.error("cannot serialise repo index cache: %s", exc)
-            return False
-        digest = hashlib.blake2b(body, digest_size=_SUM).digest()
+    def save(self, files: Iterable[tuple[str, tuple[Any, ...]]], state: dict[str, Any]) -> bool:
+        """Write ``files`` (``(path, entry)`` pairs, produced one at a time) and ``state``."""
         folder = os.path.dirname(self.path)
         try:
             os.makedirs(folder, exist_ok=True)
@@ -90,12 +95,19 @@ class IndexCache:
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(MAGIC)
-                    fh.write(digest)
-                    fh.write(body)
+                    body = _HashingWriter(fh)
+                    body.dump({"format": FORMAT, "roots": self.roots, "state": state})
+                    for path, entry in files:
+                        body.dump((path, entry))
+                    body.dump(None)
+                    fh.write(body.digest())
                 os.replace(tmp, self.path)  # readers see the old or the new file, never half
             except BaseException:
                 os.unlink(tmp)
                 raise
+        except ValueError as exc:  # an unmarshallable value is a bug, but must not be fatal
+            log.error("cannot serialise repo index cache: %s", exc)
+            return False
         except OSError as exc:
             log.warning("cannot write repo index cache %s: %s", self.path, exc)
             return False
@@ -108,3 +120,19 @@ class IndexCache:
             pass
         except OSError as exc:
             log.warning("cannot remove repo index cache %s: %s", self.path, exc)
+
+
+class _HashingWriter:
+    """Marshals records to a file, hashing what it writes (the body's checksum)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._hash = hashlib.blake2b(digest_size=_SUM)
+
+    def dump(self, value: Any) -> None:
+        data = marshal.dumps(value, 4)
+        self._hash.update(data)
+        self._fh.write(data)
+
+    def digest(self) -> bytes:
+        return self._hash.digest()

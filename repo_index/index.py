@@ -6,6 +6,7 @@ Thread-safe: every public method takes one re-entrant lock, so an LSP server may
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -41,7 +42,7 @@ PathLike = str | os.PathLike[str]
 # A stable map keeps its ranking until this share of (file, name) use counts changed.
 _CHURN_SHARE = 0.01
 _CHURN_MIN = 25
-_RANKINGS_KEPT = 4
+_RANKINGS_KEPT = 4  # (rankings are small; each one's map candidates are not: see _candidates)
 # Paths whose outline changed, remembered so that a map patches its candidates file by file.
 _OUTLINE_LOG_MAX = 4096
 # Past this many changed files (or a quarter of the workspace) a rebuild is cheaper.
@@ -496,6 +497,11 @@ class RepoIndex:
                     view = FileView(r.path, r.display, r.symbols) if r is not None else None
                     candidates.replace(path, view)
         if candidates is None:
+            # Only the ranking in use keeps its candidates (an item per definition: ~170 MiB
+            # at 20,000 files); another focus's are scored again when it comes back.
+            for other in self._rankings.values():
+                if other is not ranked:
+                    other.candidates = None
             views = [FileView(r.path, r.display, r.symbols) for r in self._records.values()]
             candidates = Candidates(views, ranked.ranking, idents)
             self.stats.candidate_builds += 1
@@ -663,8 +669,10 @@ class RepoIndex:
         for path, record in self._records.items():
             if not record.digest and path in self._docs:
                 record.digest = pool.content_digest(self._docs[path].source)
-        files: dict[str, Any] = {p: r.cache_entry() for p, r in self._records.items()}
-        files.update((p, records.binary_entry(*v)) for p, v in self._binaries.items())
+        # One entry at a time: the whole cache's plain form is never held at once.
+        files = itertools.chain(
+            ((p, r.cache_entry()) for p, r in self._records.items()),
+            ((p, records.binary_entry(*v)) for p, v in self._binaries.items()))
         state = {"selection": {str(b): tuple(keys) for b, keys in self._selection.items()}}
         ok = self._cache.save(files, state)
         if ok:

@@ -83,7 +83,6 @@ class Candidates:
         self.ranking = ranking
         self.focus_idents = focus_idents
         self.views: dict[str, FileView] = {}
-        self.by_key: dict[ItemKey, _Candidate] = {}
         self._of: dict[str, list[_Candidate]] = {}  # path -> its items
         base: list[_Candidate] = []
         for view in files:
@@ -99,14 +98,20 @@ class Candidates:
         own = _file_items(view, self.ranking, self.focus_idents)
         self.views[view.path] = view
         self._of[view.path] = own
-        for item in own:
-            self.by_key[item[5]] = item
         return own
+
+    def item(self, key: ItemKey) -> _Candidate | None:
+        """The item with ``key`` (its first part is its file's path), if it is still there.
+        Looked up in its file's items rather than in a map of every item: a map's handful of
+        incumbents do not warrant a dictionary entry per definition of the workspace."""
+        for item in self._of.get(key[0], ()):
+            if item[5] == key:
+                return item
+        return None
 
     def replace(self, path: str, view: FileView | None) -> None:
         """``path`` now looks like ``view`` (None: it is gone)."""
-        for item in self._of.pop(path, ()):
-            del self.by_key[item[5]]
+        self._of.pop(path, None)
         self.views.pop(path, None)
         self._stale.add(path)
         fresh = [item for item in self._fresh if item[3] != path]
@@ -262,7 +267,7 @@ def _stream(candidates: Candidates, incumbents: Iterable[ItemKey]) -> Iterable[_
     lifted = sorted(
         (item[0] - MARGIN, *item[1:])
         for key in incumbents
-        if (item := candidates.by_key.get(key)) is not None
+        if (item := candidates.item(key)) is not None
     )
     seen: set[ItemKey] = set()
     for item in heapq.merge(lifted, candidates.ordered()):
