@@ -39,10 +39,15 @@ def eval_context(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
     tasks = Path(args.tasks)
     if not tasks.is_file():
         raise InputError(f"no such tasks file: {tasks}", tasks=str(tasks))
+    question_max = getattr(args, "question_tokens", None)
+    if question_max is not None and not 0 <= question_max <= 65_536:
+        raise InputError("--question-tokens must be between 0 and 65536",
+                         question_tokens=question_max)
     with open_session(load_profile(args)) as session:
         doc = run(tasks, Path(args.out), budgets, session, only=args.task,
-                  grid=LORO_GRID if args.loro else ())
-    sys.stdout.write(format_table(doc["summary"], budgets, len(doc["tasks"])))
+                  grid=LORO_GRID if args.loro else (), question_max=question_max)
+    sys.stdout.write(format_table(doc["summary"], budgets, len(doc["tasks"]),
+                                  doc.get("question_max")))
     if "loro" in doc:
         sys.stdout.write(format_loro(doc["loro"], budgets))
     print(f"wrote {Path(args.out) / 'context-eval.json'}", file=sys.stderr)

@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ class ContextSplit:
 
     map_share: float = DEFAULT_MAP_SHARE
     code_cursor_share: float = DEFAULT_CODE_CURSOR_SHARE
+    question_max: int | None = None  # the server's time bound on the question's code
 
     @property
     def label(self) -> str:
@@ -74,7 +75,8 @@ class ContextSplit:
         if not with_code:
             return ContextBudget(tokens, map_share=1.0, code_cap=0)
         return ContextBudget(tokens, map_share=self.map_share,
-                             code_cursor_share=self.code_cursor_share)
+                             code_cursor_share=self.code_cursor_share,
+                             question_max=self.question_max)
 
 
 #: The splits leave-one-repository-out chooses from (``--loro``).
@@ -230,7 +232,8 @@ def format_loro(result: Mapping[str, Any], budgets: Sequence[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int) -> str:
+def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int,
+                 question_max: int | None = None) -> str:
     head = " / ".join(f"{b // 1024}k" if b % 1024 == 0 else str(b) for b in budgets)
     first = summary[f"{SYSTEMS[0]}@{budgets[0]}"] if budgets else {}
     unscored = n_tasks - first.get("body_present", {}).get("tasks", n_tasks)
@@ -239,6 +242,9 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
         "tokens beside the question",
         *([f"body present over {n_tasks - unscored} tasks: {unscored} have no definition "
            "with a unique body line to look for"] if unscored else []),
+        *([f"the question's code bounded to {question_max} tokens (as the server's "
+           "questionCodeMs bounds it; the cursor's code takes the rest)"]
+          if question_max is not None else []),
         "",
         "| system | budget | file recall | def located | body present | build p50 / p95 ms |",
         "|---|---|---|---|---|---|",
@@ -258,11 +264,13 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
 
 def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
         split: ContextSplit | None = None, only: Sequence[str] = (),
-        grid: Sequence[ContextSplit] = ()) -> dict[str, Any]:
+        grid: Sequence[ContextSplit] = (), question_max: int | None = None) -> dict[str, Any]:
     """Evaluate every task (or those in ``only``); with ``grid``, leave-one-repository-out
-    over its splits too. Writes ``context-eval.json`` and ``context-eval.md`` under ``out`` and
-    returns the JSON document."""
-    split = split or ContextSplit()
+    over its splits too; ``question_max`` bounds the question's code in every split (the
+    server's ``questionCodeMs`` at a given prefill rate). Writes ``context-eval.json`` and
+    ``context-eval.md`` under ``out`` and returns the JSON document."""
+    split = replace(split or ContextSplit(), question_max=question_max)
+    grid = [replace(g, question_max=question_max) for g in grid]
     tasks = [t for t in load_tasks(tasks_path) if not only or t["id"] in only]
     out.mkdir(parents=True, exist_ok=True)
     per_task = []
@@ -276,10 +284,11 @@ def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
         "tasks_file": os.fspath(tasks_path),
         "budgets": list(budgets),
         "split": {"map_share": split.map_share, "code_cursor_share": split.code_cursor_share},
+        "question_max": question_max,
         "summary": summary,
         "tasks": per_task,
     }
-    report = format_table(summary, budgets, len(per_task))
+    report = format_table(summary, budgets, len(per_task), question_max)
     if grid:
         held_out = loro(per_task, budgets, grid)
         doc["loro"] = held_out

@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only this task (repeatable)")
     ctx.add_argument("--loro", action="store_true",
                      help="also leave-one-repository-out over the repo map's share")
+    ctx.add_argument("--question-tokens", type=int, default=None, metavar="N",
+                     help="bound the question's code to N tokens, as the server's "
+                          "questionCodeMs does at its measured prefill rate (default: unbounded)")
     ctx.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
     ne = ev_sub.add_parser(
         "next-edit", help="replay commits through the server; exact-region match and reversals "

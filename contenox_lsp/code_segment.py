@@ -40,6 +40,10 @@ HEAD_LINES = 8
 FOCUS_CONTEXT = 2
 
 
+#: The cursor part takes what the question part's time bound leaves unused.
+ABSORB_BOUNDED_ROOM = True
+
+
 @dataclass(frozen=True)
 class CodeBudget:
     """Tokens for segment J: ``cursor_share`` of ``tokens`` at most for the cursor part, the
@@ -47,16 +51,22 @@ class CodeBudget:
     when set.
 
     The question part is prefilled at every ask (it depends on the question), the cursor part
-    in idle time: ``question_max`` bounds what an ask costs (``for_prefill_rate``). The cursor
-    part's budget never depends on it, so the idle prompt stays the same whatever the bound."""
+    in idle time: ``question_max`` bounds what an ask costs (``for_prefill_rate``), and what
+    the bound keeps from the question part goes to the cursor part (``absorb``), which costs
+    the ask nothing. The bound moves only when the measured rate leaves its band
+    (``SteadyRate``), so the idle prompt does not follow every prefill's noise."""
 
     tokens: int = 1536
     cursor_share: float = 0.35
     question_max: int | None = None
+    absorb: bool = ABSORB_BOUNDED_ROOM
 
     @property
     def cursor_tokens(self) -> int:
-        return int(self.tokens * self.cursor_share)
+        share = int(self.tokens * self.cursor_share)
+        if self.question_max is None or not self.absorb:
+            return share
+        return max(share, self.tokens - self.question_max)
 
     def question_room(self, cursor_used: int) -> int:
         """Tokens for the question part when the cursor part used ``cursor_used``."""

@@ -92,9 +92,3 @@ def fixed_tokens(asm: Assembly) -> int:
 def beside_question(asm: Assembly) -> int:
     """Tokens of ``asm`` beside the question (what ``ContextBudget.tokens`` bounds)."""
     return asm.n_tokens - fixed_tokens(asm)
-
-
-def cursor_tokens(asm: Assembly) -> int:
-    """Tokens of where the user is: the user turn before the question and the cursor context."""
-    return asm.question_offset + sum(s.n_tokens for s in asm.segments
-                                     if s.label == "cursor context")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_workspace_session import make_repo
 
+from contenox_lsp.code_segment import CodeBudget
 from contenox_lsp.context_budget import ContextBudget, beside_question
 from contenox_lsp.turn import WorkspaceState, assemble_within, read_disk, turn_at
 from contenox_lsp.turn import repo_map as turn_repo_map
@@ -34,6 +35,19 @@ def test_the_map_gets_its_share_and_the_code_what_is_left() -> None:
     assert ContextBudget(2000, map_cap=3000).map_tokens == 2000  # never above the bound
     assert ContextBudget(2000, map_cap=0).map_tokens == 0
     assert b.with_question_max(128).code(700).question_room(0) == 128
+
+
+def test_what_the_time_bound_keeps_from_the_question_goes_to_the_cursor_part() -> None:
+    """The question's code is prefilled at the ask, bounded by time; the cursor's in idle time.
+    Room the bound leaves unused is the cursor part's: it costs the ask nothing."""
+    unbounded = CodeBudget(1000, cursor_share=0.35)
+    bounded = CodeBudget(1000, cursor_share=0.35, question_max=300)
+    assert unbounded.cursor_tokens == 350 and unbounded.question_room(350) == 650
+    assert bounded.cursor_tokens == 700 and bounded.question_room(700) == 300
+    # A bound above what the share leaves changes nothing; the cursor part never shrinks.
+    assert CodeBudget(1000, cursor_share=0.35, question_max=900).cursor_tokens == 350
+    assert CodeBudget(1000, cursor_share=0.35, question_max=300, absorb=False).cursor_tokens \
+        == 350
 
 
 @pytest.fixture(scope="module")

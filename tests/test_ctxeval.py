@@ -55,6 +55,14 @@ def test_eval_context_scores_what_it_can(tmp_path: Path, llama_session: Any) -> 
     assert doc["summary"]["map+code@1024"]["file_recall"]["tasks"] == 2
     report = (tmp_path / "out" / "context-eval.md").read_text(encoding="utf-8")
     assert "body present over 1 tasks: 1 have no definition with a unique body line" in report
+    # The budget bounds what was built beside the question (the server's one budget).
+    assert all(0 < r["map+code@1024"]["tokens_beside_question"] <= 1024
+               for r in by_id.values())
+    # The server's time bound on the question's code: said in the report, kept in the JSON.
+    bounded = ctxeval.run(tasks, tmp_path / "bounded", [1024], llama_session, question_max=0)
+    assert bounded["question_max"] == 0
+    assert "question's code bounded to 0 tokens" in (
+        tmp_path / "bounded" / "context-eval.md").read_text(encoding="utf-8")
 
 
 def _row(def_located: float, body: float | None) -> dict[str, Any]:
