@@ -60,6 +60,9 @@ class CodeBudget:
     cursor_share: float = 0.35
     question_max: int | None = None
     absorb: bool = ABSORB_BOUNDED_ROOM
+    question_trim: int = 0
+    """Taken off the question part only (its framing overran the budget): the cursor part,
+    which the idle prompt holds too, keeps its size."""
 
     @property
     def cursor_tokens(self) -> int:
@@ -71,7 +74,9 @@ class CodeBudget:
     def question_room(self, cursor_used: int) -> int:
         """Tokens for the question part when the cursor part used ``cursor_used``."""
         room = self.tokens - cursor_used
-        return room if self.question_max is None else min(self.question_max, room)
+        if self.question_max is not None:
+            room = min(self.question_max, room)
+        return max(0, room - self.question_trim)
 
     def for_prefill_rate(self, tokens_per_s: float | None, question_ms: int) -> CodeBudget:
         """This budget with its question part bounded by what the engine prefills in

@@ -13,7 +13,7 @@ next ask.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -257,22 +257,40 @@ def assemble_within(
 ) -> Assembly:
     """The prompt of one turn with its context beside the question within ``budget``: the map
     at its share, the code segments in what the map, pins, diff, outputs and cursor context
-    leave. Assembled once without code to measure that (segment tokenizations are cached, so
-    the second pass tokenizes only the code)."""
+    leave. Measured by assembling (segment tokenizations are cached): first without code, then
+    with the cursor's code alone — what the idle prompt holds, so it is fitted exactly as the
+    idle assembly fits it and an ask keeps the prefilled part — then with the question's code
+    in what is left. A part whose framing overran the budget is chosen again in less room."""
     rmap = repo_map(index, session, budget.map_tokens, state)
-    without_code = assemble(gather(state, turn, rmap), session, session.identity,
-                            max_new_tokens=answer_tokens)
+
+    def build(cursor: tuple[CodeSnippet, ...] = (),
+              question: tuple[CodeSnippet, ...] = ()) -> Assembly:
+        return assemble(gather(state, turn, rmap, (cursor, question)), session,
+                        session.identity, max_new_tokens=answer_tokens)
+
+    without_code = build()
+    if finder is None:
+        return without_code
     used = beside_question(without_code)
-    asm = without_code
-    for _ in range(FIT_TRIES):
+    for _ in range(FIT_TRIES):  # the cursor's code
         code_budget = budget.code(used)
-        if finder is None or code_budget.tokens <= 0:
+        if code_budget.tokens <= 0:
             return without_code
-        inputs = gather(state, turn, rmap, code(finder, session, state, turn, code_budget))
-        asm = assemble(inputs, session, session.identity, max_new_tokens=answer_tokens)
+        cursor_code, question_code = code(finder, session, state, turn, code_budget)
+        with_cursor = build(cursor_code)
+        over = beside_question(with_cursor) - budget.tokens
+        if over <= 0:
+            break
+        used += over
+    else:
+        return without_code
+    for _ in range(FIT_TRIES):  # the question's code, in what the cursor's left
+        if not question_code:
+            return with_cursor
+        asm = build(cursor_code, question_code)
         over = beside_question(asm) - budget.tokens
         if over <= 0:
             return asm
-        # The snippets were counted one by one; their framing and joins took ``over`` more.
-        used += over
-    return without_code
+        code_budget = replace(code_budget, question_trim=code_budget.question_trim + over)
+        question_code = code(finder, session, state, turn, code_budget)[1]
+    return with_cursor

@@ -114,3 +114,31 @@ def test_more_budget_buys_more_code_and_a_diff_takes_from_the_code_not_the_map(
     assert map_with.text == map_without.text
     assert _tokens(with_diff, SegmentKind.CODE) < _tokens(without, SegmentKind.CODE)
     assert beside_question(with_diff) <= 1400
+
+
+@pytest.mark.parametrize("tokens", range(600, 2600, 100))
+@pytest.mark.parametrize("question_max", [None, 160])
+def test_an_ask_keeps_the_cursor_code_the_idle_prompt_prefilled(
+    workspace: Any, llama_session: Any, tokens: int, question_max: int | None
+) -> None:
+    """The idle prefill warms the prompt up to the question (no question, so no question code);
+    the ask must hold the same cursor code, or its prefill starts there instead of at the
+    question. Fitting the budget trims the question's code, never the cursor's."""
+    root, index, finder = workspace
+    path = root / "json" / "decoder.py"
+    text = read_disk(path) or ""
+    state = WorkspaceState(roots=(root,), open_buffers={path: text}, focus_files=(path,))
+    budget = ContextBudget(tokens, question_max=question_max)
+
+    def at(question: str) -> Assembly:
+        turn = turn_at(state.roots, path, question, text=text, line=LINE)
+        return assemble_within(state, turn, index, llama_session, budget, answer_tokens=64,
+                               finder=finder)
+
+    idle, ask = at(""), at(QUESTION)
+    cursor = [s.text for s in idle.segments if s.kind == SegmentKind.CODE]
+    assert cursor and cursor == [s.text for s in ask.segments if s.kind == SegmentKind.CODE
+                                 and s.label != "code (question)"]
+    assert any(s.label == "code (question)" for s in ask.segments)
+    assert beside_question(ask) <= tokens and beside_question(idle) <= tokens
+    assert ask.tokens[: idle.user_start] == idle.tokens[: idle.user_start]  # what idle warms
