@@ -5,6 +5,7 @@ code budget (whole, then headers), the shared budget that a huge diff or paste c
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -273,15 +274,17 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
                                                       gemma: LlamaVocabTokenizer) -> None:
     """The question's code is prefilled at the ask: ``for_prefill_rate`` caps it at what the
-    engine computes in the time given, never below a floor, and leaves the cursor part (the
-    idle prompt) as it was."""
+    engine computes in the time given, never below a floor; the room it keeps goes to the
+    cursor part (prefilled in idle time), unless ``absorb`` is off."""
     budget = CodeBudget(1200, cursor_share=0.1)  # most definitions left to the question
     assert budget.for_prefill_rate(None, 1000) == budget  # no rate measured yet
     assert budget.for_prefill_rate(500.0, 0) == budget  # no bound asked for
     assert budget.for_prefill_rate(300.0, 500).question_max == 150
     assert budget.for_prefill_rate(10.0, 1000).question_max == QUESTION_MIN_TOKENS
     bounded = budget.for_prefill_rate(140.0, 1000)
-    assert bounded.cursor_tokens == budget.cursor_tokens
+    assert bounded.cursor_tokens == 1200 - 140
+    kept = replace(budget, absorb=False).for_prefill_rate(140.0, 1000)
+    assert kept.cursor_tokens == budget.cursor_tokens
 
     finder = finder_for(workspace)
 
@@ -293,9 +296,12 @@ def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
 
     question = request(workspace, "how are quotes stripped and values loaded?")
     free = code_inputs(finder, question, count, budget, read_disk_text)
-    capped = code_inputs(finder, question, count, bounded, read_disk_text)
+    capped = code_inputs(finder, question, count, kept, read_disk_text)
     assert capped[0] == free[0] and capped[0]  # the cursor part is the same
     assert cost(free[1]) > 140 >= cost(capped[1]) > 0
+    absorbed = code_inputs(finder, question, count, bounded, read_disk_text)
+    assert cost(absorbed[0]) > cost(free[0])  # more of the cursor's definitions shown
+    assert 140 >= cost(absorbed[1])
 
 
 def test_the_rate_behind_the_bound_ignores_noise() -> None:
