@@ -125,7 +125,6 @@ class SteadyRate:
                 self._on_change(measured)
         return self.value
 
-DEFAULT_CODE_BUDGET = CodeBudget()
 
 
 def _focus_lines(lines: Sequence[tuple[int, str]], focus: set[str],
