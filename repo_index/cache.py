@@ -1,11 +1,12 @@
 """The persistent index cache: one file per workspace, written atomically.
 
-Format: an 8-byte magic, then a body of ``marshal`` records — a header ``{"format", "roots",
-"state"}``, one ``(path, entry)`` per file, and ``None`` to end — then a 32-byte BLAKE2b
-checksum of the body. Only plain data is marshalled (dicts, tuples, strings, ints, bytes):
-nothing executable is ever loaded from disk. A file that fails any check is discarded
-(logged), never fatal. The records are written one file at a time, so saving the index of
-a 20,000-file workspace never holds its whole serialised form (it did: ~300 MiB at once).
+Format: an 8-byte magic, then a body of records (each a 4-byte length and its ``marshal``
+bytes) — a header ``{"format", "roots", "state"}``, one ``(path, entry)`` per file, and
+``None`` to end — then a 32-byte BLAKE2b checksum of the body. Only plain data is
+marshalled (dicts, tuples, strings, ints, bytes): nothing executable is ever loaded from disk.
+A file that fails any check is discarded (logged), never fatal. The records are written one
+file at a time, so saving the index of a 20,000-file workspace never holds its whole
+serialised form (it did: ~300 MiB at once).
 
 An entry is ``(size, mtime_ns, content_digest, language, grammar_key, status,
 symbols_plain | None)``. A file's entry is reused when its size and mtime match (or, failing
@@ -16,14 +17,13 @@ query text, extractor version) of its language is unchanged.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import marshal
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 FORMAT = 4
 MAGIC = b"CXRIDX\x00\x04"
 _SUM = 32
+_LEN = 4  # bytes of a record's length
 
 
 def cache_file(cache_dir: str, roots: Sequence[str]) -> str:
@@ -70,8 +71,8 @@ class IndexCache:
         body = memoryview(blob)[len(MAGIC) : len(blob) - _SUM]
         if hashlib.blake2b(body, digest_size=_SUM).digest() != blob[len(blob) - _SUM :]:
             raise ValueError("checksum mismatch")
-        stream = io.BytesIO(body)
-        header = marshal.load(stream)
+        records = _records(body)
+        header = next(records, None)
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise ValueError("unknown format")
         if header.get("roots") != self.roots:
@@ -79,10 +80,14 @@ class IndexCache:
         if not isinstance(header.get("state"), dict):
             raise ValueError("malformed payload")
         files: dict[str, Any] = {}
-        while (record := marshal.load(stream)) is not None:
+        for record in records:
+            if record is None:
+                break
             if not isinstance(record, tuple) or len(record) != 2:
                 raise ValueError("malformed file record")
             files[record[0]] = record[1]
+        else:
+            raise ValueError("no end mark")
         return {"format": FORMAT, "roots": self.roots, "files": files,
                 "state": header["state"]}
 
@@ -122,6 +127,20 @@ class IndexCache:
             log.warning("cannot remove repo index cache %s: %s", self.path, exc)
 
 
+def _records(body: memoryview) -> Iterator[Any]:
+    """The body's records in order (each: its length, then its ``marshal`` bytes)."""
+    offset, end = 0, len(body)
+    while offset < end:
+        if offset + _LEN > end:
+            raise ValueError("truncated record")
+        size = int.from_bytes(body[offset : offset + _LEN], "little")
+        offset += _LEN
+        if offset + size > end:
+            raise ValueError("truncated record")
+        yield marshal.loads(body[offset : offset + size])
+        offset += size
+
+
 class _HashingWriter:
     """Marshals records to a file, hashing what it writes (the body's checksum)."""
 
@@ -131,7 +150,10 @@ class _HashingWriter:
 
     def dump(self, value: Any) -> None:
         data = marshal.dumps(value, 4)
+        size = len(data).to_bytes(_LEN, "little")
+        self._hash.update(size)
         self._hash.update(data)
+        self._fh.write(size)
         self._fh.write(data)
 
     def digest(self) -> bytes:

@@ -647,3 +647,30 @@ def test_index_stdlib_json_and_email(tmp_path: Path) -> None:
     # every shown line is a path header or an indented signature, nothing else
     for line in m.text.splitlines():
         assert line.endswith(":") or line.startswith("  ") or "/" in line
+
+
+@pytest.mark.parametrize("body", ["not a tuple", "no end mark", "truncated record"])
+def test_a_forged_cache_with_a_valid_checksum_is_discarded(
+    small: tuple[Path, RepoIndex], tmp_path: Path, caplog: pytest.LogCaptureFixture, body: str
+) -> None:
+    """The checksum only catches damage; a file written to pass it must still be plain,
+    complete records, or it is discarded and the index rebuilt from the workspace."""
+    import hashlib
+    import marshal
+
+    root, first = small
+    path = Path(cache_file(str(tmp_path / "cache"), [str(root)]))
+
+    def record(value: object) -> bytes:
+        data = marshal.dumps(value, 4)
+        return len(data).to_bytes(4, "little") + data
+
+    header = record({"format": 4, "roots": [str(root)], "state": {}})
+    records = {"not a tuple": header + record(["a", "list"]) + record(None),
+               "no end mark": header,
+               "truncated record": header + record(("x", ()))[:-3]}[body]
+    path.write_bytes(MAGIC + records + hashlib.blake2b(records, digest_size=32).digest())
+    with caplog.at_level(logging.WARNING, logger="repo_index.cache"):
+        again = make_index(root, tmp_path / "cache")
+    assert "corrupt repo index cache" in caplog.text
+    assert again.stats.parsed == 2 and again.repo_map(1024) == first.repo_map(1024)
