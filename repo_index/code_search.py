@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +34,8 @@ NEXT_DEF_LINES = 15
 MODULE_WINDOW = 12
 #: Weight of the identifiers near the cursor in the search query, relative to the question's.
 CURSOR_TERM_WEIGHT = 0.3
+#: Files whose chunks and lines are kept (a search's hits and the cursor's neighbours).
+FILES_CACHED = 512
 #: Search hits re-ranked with the priors below.
 RERANK_POOL = 100
 NEAR_FILE_BOOST = 1.5
@@ -82,7 +84,9 @@ class CodeFinder:
         self.index = index
         self.read_text = read_text
         self.lexical = LexicalIndex()
-        self._chunks: dict[str, tuple[str, list[Chunk], list[str]]] = {}  # path -> (digest, ..)
+        # path -> (digest, chunks, lines), the most recently used last: a bounded cache (the
+        # whole workspace's lines would be hundreds of MiB on a large one).
+        self._chunks: OrderedDict[str, tuple[str, list[Chunk], list[str]]] = OrderedDict()
 
     # -- files -----------------------------------------------------------------------------
 
@@ -94,11 +98,15 @@ class CodeFinder:
             return [], []
         cached = self._chunks.get(path)
         if cached is not None and cached[0] == digest:
+            self._chunks.move_to_end(path)
             return cached[1], cached[2]
         text = self.read_text(path)
         lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if text else []
         chunks = chunks_of(self.index.raw_definitions(path)) if lines else []
         self._chunks[path] = (digest, chunks, lines)
+        self._chunks.move_to_end(path)
+        while len(self._chunks) > FILES_CACHED:
+            self._chunks.popitem(last=False)
         return chunks, lines
 
     def sync(self) -> int:

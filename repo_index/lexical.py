@@ -17,10 +17,11 @@ from __future__ import annotations
 import keyword
 import math
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import snowballstemmer
 
@@ -39,6 +40,8 @@ _STOP = frozenset(
 
 K1 = 1.2
 B = 0.75
+#: Postings are compacted once this many documents are dead (and they outnumber the living).
+COMPACT_MIN_DEAD = 4096
 
 
 _STEMMER = snowballstemmer.stemmer("english")
@@ -52,38 +55,46 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """The search terms of ``text`` (code or prose), in order, with repeats: each identifier
     whole, and its stemmed parts when it has several (or its stem when it has one)."""
+    return list(chain.from_iterable(map(_word_terms, _WORD.findall(text))))
+
+
+@lru_cache(maxsize=65_536)
+def _word_terms(word: str) -> tuple[str, ...]:
+    """One identifier's terms (code repeats its identifiers: indexing a large workspace looks
+    most words up here instead of splitting and stemming them again)."""
     out: list[str] = []
-    for word in _WORD.findall(text):
-        low = word.lower()
-        parts = [p.lower() for piece in word.split("_") for p in _CAMEL.findall(piece)]
-        if low not in _STOP and len(low) > 1:
-            out.append(low)
-        words = parts if len(parts) > 1 else [low]
-        for p in words:
-            if p in _STOP or len(p) < 2:
-                continue
-            stem = _stem(p)
-            if stem != low:
-                out.append(stem)
-    return out
-
-
-@dataclass(frozen=True)
-class _Doc:
-    key: tuple[str, int]  # what the caller gets back: (path, line); also the tie-break
-    counts: Counter[str]
-    length: int
+    low = word.lower()
+    parts = [p.lower() for piece in word.split("_") for p in _CAMEL.findall(piece)]
+    if low not in _STOP and len(low) > 1:
+        out.append(low)
+    words = parts if len(parts) > 1 else [low]
+    for p in words:
+        if p in _STOP or len(p) < 2:
+            continue
+        stem = _stem(p)
+        if stem != low:
+            out.append(stem)
+    return tuple(out)
 
 
 class LexicalIndex:
-    """BM25 scores of documents grouped by file; ``set_file`` replaces a file's documents."""
+    """BM25 scores of documents grouped by file; ``set_file`` replaces a file's documents.
+
+    Compact, because a large workspace has millions of (term, chunk) pairs: a posting is a
+    document number and a term count in two ``array`` columns per term (8 bytes, where a
+    dictionary entry per pair cost ~100); a document is its key, length and distinct terms. A
+    removed file's documents are marked dead (their statistics leave at once) and skipped by
+    searches until the postings are compacted, when the dead outnumber the living."""
 
     def __init__(self) -> None:
-        self._files: dict[str, tuple[str, list[_Doc]]] = {}  # path -> (version, docs)
-        self._df: Counter[str] = Counter()
-        self._postings: dict[str, dict[int, _Doc]] = {}  # term -> {id(doc): doc}
+        self._files: dict[str, tuple[str, list[int]]] = {}  # path -> (version, doc numbers)
+        self._keys: list[tuple[str, int] | None] = []  # doc number -> key; None: removed
+        self._lengths = array("I")  # doc number -> length in terms
+        self._terms: list[tuple[str, ...]] = []  # doc number -> its distinct terms
+        self._df: dict[str, int] = {}
+        self._postings: dict[str, tuple[array[int], array[int]]] = {}  # term -> (docs, tfs)
         self._total_length = 0
-        self._n_docs = 0
+        self._n_docs = 0  # living documents
 
     def version(self, path: str) -> str | None:
         entry = self._files.get(path)
@@ -97,35 +108,66 @@ class LexicalIndex:
     ) -> None:
         """Replace ``path``'s documents by ``docs``: ``(key, name, text)`` each."""
         self.remove_file(path)
-        built = []
+        numbers: list[int] = []
         for key, name, text in docs:
             counts = Counter(terms(text))
             for t in terms(name):
                 counts[t] += 1  # the name once more
-            built.append(_Doc(key, counts, sum(counts.values())))
-        for doc in built:
+            n = len(self._keys)
+            length = sum(counts.values())
+            self._keys.append(key)
+            self._lengths.append(length)
+            self._terms.append(tuple(counts))
             self._n_docs += 1
-            self._total_length += doc.length
-            for t in doc.counts:
-                self._df[t] += 1
-                self._postings.setdefault(t, {})[id(doc)] = doc
-        self._files[path] = (version, built)
+            self._total_length += length
+            for t, tf in counts.items():
+                self._df[t] = self._df.get(t, 0) + 1
+                posting = self._postings.get(t)
+                if posting is None:
+                    posting = self._postings[t] = (array("I"), array("I"))
+                posting[0].append(n)
+                posting[1].append(tf)
+            numbers.append(n)
+        self._files[path] = (version, numbers)
 
     def remove_file(self, path: str) -> None:
         entry = self._files.pop(path, None)
         if entry is None:
             return
-        for doc in entry[1]:
+        for n in entry[1]:
+            self._keys[n] = None
             self._n_docs -= 1
-            self._total_length -= doc.length
-            for t in doc.counts:
-                self._df[t] -= 1
-                if not self._df[t]:
+            self._total_length -= self._lengths[n]
+            for t in self._terms[n]:
+                left = self._df[t] - 1
+                if left:
+                    self._df[t] = left
+                else:  # every document with the term is gone
                     del self._df[t]
-                posting = self._postings[t]
-                del posting[id(doc)]
-                if not posting:
                     del self._postings[t]
+            self._terms[n] = ()
+        if len(self._keys) - self._n_docs > max(COMPACT_MIN_DEAD, self._n_docs):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Renumber the living documents and drop the dead from every posting."""
+        renumber: dict[int, int] = {}
+        keys: list[tuple[str, int] | None] = []
+        lengths = array("I")
+        doc_terms: list[tuple[str, ...]] = []
+        for n, key in enumerate(self._keys):
+            if key is not None:
+                renumber[n] = len(keys)
+                keys.append(key)
+                lengths.append(self._lengths[n])
+                doc_terms.append(self._terms[n])
+        for t, (docs, tfs) in self._postings.items():
+            living = [(renumber[n], tf) for n, tf in zip(docs, tfs, strict=True)
+                      if n in renumber]
+            self._postings[t] = (array("I", [n for n, _ in living]),
+                                 array("I", [tf for _, tf in living]))
+        self._files = {p: (v, [renumber[n] for n in ns]) for p, (v, ns) in self._files.items()}
+        self._keys, self._lengths, self._terms = keys, lengths, doc_terms
 
     def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
         """The ``limit`` best documents' keys for weighted query terms, best first (ties by
@@ -133,18 +175,18 @@ class LexicalIndex:
         if not self._n_docs:
             return []
         avg = self._total_length / self._n_docs
+        keys, lengths = self._keys, self._lengths
         scores: dict[int, float] = {}
-        docs: dict[int, _Doc] = {}
         for term, weight in query.items():
             posting = self._postings.get(term)
             if not posting or weight <= 0:
                 continue
             df = self._df[term]
             idf = math.log(1 + (self._n_docs - df + 0.5) / (df + 0.5))
-            for doc_id, doc in posting.items():
-                tf = doc.counts[term]
-                norm = tf * (K1 + 1) / (tf + K1 * (1 - B + B * doc.length / avg))
-                scores[doc_id] = scores.get(doc_id, 0.0) + weight * idf * norm
-                docs[doc_id] = doc
-        order = sorted(scores, key=lambda d: (-scores[d], docs[d].key))
-        return [(scores[d], docs[d].key) for d in order[:limit]]
+            for n, tf in zip(posting[0], posting[1], strict=True):
+                if keys[n] is None:
+                    continue
+                norm = tf * (K1 + 1) / (tf + K1 * (1 - B + B * lengths[n] / avg))
+                scores[n] = scores.get(n, 0.0) + weight * idf * norm
+        order = sorted(scores, key=lambda n: (-scores[n], keys[n]))
+        return [(scores[n], key) for n in order[:limit] if (key := keys[n]) is not None]

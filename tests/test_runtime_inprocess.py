@@ -174,7 +174,8 @@ async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) 
 
 async def test_the_questions_code_is_bounded_by_the_measured_prefill_rate(runtime: Any) -> None:
     """questionCodeMs: the code found by the question is prefilled at the ask, so it gets what
-    the engine's measured rate computes in that time; everything before it is unchanged."""
+    the engine's measured rate computes in that time; the room it keeps goes to the cursor's
+    code (prefilled in idle time); everything before the code is unchanged."""
     rt, editor, _ = runtime
     await until(lambda: warm(rt))
     assert rt.worker.session is not None
@@ -196,7 +197,12 @@ async def test_the_questions_code_is_bounded_by_the_measured_prefill_rate(runtim
     finally:
         rt.options = options
     assert question_code(bounded) <= QUESTION_MIN_TOKENS < question_code(free)
-    start = next(s.token_start for s in free.segments if s.label == "code (question)")
+
+    def cursor_code(asm: Assembly) -> int:
+        return sum(s.n_tokens for s in asm.segments if s.label == "code (cursor)")
+
+    assert cursor_code(bounded) > cursor_code(free)
+    start = next(s.token_start for s in free.segments if s.kind == SegmentKind.CODE)
     assert bounded.tokens[:start] == free.tokens[:start]
 
 

@@ -142,13 +142,18 @@ class ContextService:
             index = RepoIndex(self.roots, cache_dir=cache_dir() / "repo-index",
                               on_progress=progress)
             index.build()
+            # Still "building" (asks meanwhile go without the index): what the first map and
+            # the first code search would otherwise make the first ask wait for.
+            index.warm_map()
+            finder = CodeFinder(index, read_disk_text)
+            finder.sync()
         except Exception as exc:
             self.index_state = "error"
             self.index_error = str(exc)
             logger.exception("repo index build failed")
             return
         self.index = index
-        self.finder = CodeFinder(index, read_disk_text)
+        self.finder = finder
         self.index_state = "ready"
         self.index_files = len(index.files())
 
