@@ -83,8 +83,9 @@ NOTE = ("Workspaces are real .py files copied from the source folder: whole top-
         "smaller sizes are shown against them for the trend. The server answers while the "
         "index builds, without repo map and code (contenox/explainContext index.state "
         "'building'); first_answer_s is when an answer can carry the map: cold build + first "
-        "map; walk_s when the file list is known. Wall-clock on this machine (see the load "
-        "average).")
+        "map; walk_s when the file list is known. The cold phase also builds the code-search "
+        "index as the server does, so its peak RSS is the server's index side. Wall-clock on "
+        "this machine (see the load average).")
 
 
 def measure(n: int, bc: BigRepoConfig, source: Path, work: Path,
@@ -157,6 +158,8 @@ def _figures(cold: dict[str, Any], restart: dict[str, Any]) -> dict[str, Any]:
         "first_map_s": cold["first_map_s"],
         "first_answer_s": cold["cold_build_s"] + cold["first_map_s"],
         "first_map": cold["first_map"],
+        "code_search_sync_s": cold.get("code_search_sync_s"),
+        "rss_after_code_search_bytes": cold.get("rss_after_code_search_bytes"),
         "signature": _edit_figures(cold["signature"]),
         "body": _edit_figures(cold["body"]),
         "focus_map_s": summary(cold["focus_map_s"], "s"),
@@ -256,6 +259,9 @@ def markdown(sec: dict[str, Any]) -> list[str]:
         line("first answer with the repo map: cold build + first map s",
              lambda r: _s(r["first_answer_s"], 1), "measured only"),
         line("walk done (file list known) s", lambda r: _s(r["walk_s"])),
+        line("code search index (server, segment J): first sync s; RSS after MiB",
+             lambda r: f"{_s(r.get('code_search_sync_s'))}; "
+                       f"{_mib(r.get('rss_after_code_search_bytes'))}"),
         line("first repo map s (cold; after restart)",
              lambda r: f"{_s(r['first_map_s'])}; {_s(r['restart_first_map_s'])}"),
         line("repo map after a body edit, p50 / p95 ms",
