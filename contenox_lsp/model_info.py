@@ -59,6 +59,8 @@ def _fits(facts: dict[str, Any]) -> list[str]:
     if source.startswith(("family (", "base: template not usable")):
         problems.append(f"the chat template could not be used as is: {source}")
     exact = facts.get("exactReuse") or {}
+    if exact.get("kind") == "inexact":
+        problems.append(f"warm may differ from cold on this backend: {exact.get('description')}")
     if exact.get("kind") == "chunked" and "(" in str(exact.get("description", "")):
         problems.append(f"exact reuse runs the slower chunked schedule: {exact['description']}")
     return problems

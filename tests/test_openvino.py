@@ -320,15 +320,28 @@ def _long_prompt(session: Any) -> list[int]:
     return list(session.tokenize(text, add_bos=True)[:700])
 
 
-def test_sparse_trishape_is_profile_tested_warm_equals_cold(ov_model_dir: Path) -> None:
+def test_sparse_trishape_extends_a_prefix_like_cold(ov_model_dir: Path) -> None:
+    # The path OpenVINO keeps exact (docs/openvino.md): new tokens after a cached prefix. A
+    # prompt that ends inside cached blocks is not (exactReuse says so, next test).
     with _sparse_session(ov_model_dir, "trishape") as s:
         toks = _long_prompt(s)
         cold = _cold(s, toks)
+        s.reset()
         s.prefill(toks[:480])
         s.generate(1)
         r = s.prefill(toks)
         assert r.reused_tokens == 480
         assert s.generate(12).tokens == cold
+
+
+def test_openvino_reports_its_reuse_as_inexact(ov_session: Any) -> None:
+    from contenox_lsp.model_info import model_info
+
+    exact = ov_session.exact_reuse
+    assert exact["kind"] == "inexact"
+    assert exact["chunk"] == ov_session.reuse_granularity
+    assert "cached" in exact["description"]
+    assert any("warm may differ from cold" in p for p in model_info(ov_session)["fits"])
 
 
 def test_sparse_xattention_loads_and_generates(ov_model_dir: Path) -> None:

@@ -327,6 +327,26 @@ class OpenVinoSession(WithoutSequenceState, SessionBase):
     def capabilities(self) -> dict[str, bool]:
         return {"snapshots": False, "branches": False, "cancel": True, "prefix_reuse": True}
 
+    @property
+    def exact_reuse(self) -> dict[str, Any]:
+        """OpenVINO's prefix cache is not warm == cold on every path (docs/openvino.md): a
+        prompt that ends inside cached content has its last token computed in a step of its
+        own (another kernel than the cold prefill's) and that KV is kept in the shared block,
+        so later prompts over it can decode differently. Said here, never silently."""
+        sparse = str(self.profile.get("openvino.sparse_attention"))
+        return {
+            "kind": "inexact",
+            "chunk": self._block,
+            "minBatch": 1,
+            "description": (
+                "not exact: a prompt that ends inside OpenVINO's cached blocks is recomputed "
+                "from its last token alone, and that KV stays cached; a prompt that extends "
+                "the cached one by new blocks decodes like a cold prefill"
+                + ("" if sparse == "off" else f"; {sparse} sparse attention is profile-tested")
+            ),
+            "snapshotsPastWindow": None,
+        }
+
     def pipeline_metrics(self) -> dict[str, float]:
         """The pipeline's own figures (``ContinuousBatchingPipeline.get_metrics()``)."""
         m = self._pipe.get_metrics()

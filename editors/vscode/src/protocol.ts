@@ -157,7 +157,7 @@ export interface QuestionCodeBound {
 
 /** How warm == cold is kept (llama backend; `engine/README.md`). */
 export interface ExactReuse {
-  kind: 'invariant' | 'chunked' | 'off' | string;
+  kind: 'invariant' | 'chunked' | 'off' | 'inexact' | string;
   chunk: number;
   minBatch: number;
   description: string;
