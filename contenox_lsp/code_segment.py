@@ -306,7 +306,9 @@ def code_inputs(
     query = unanswered_part(req.question, shown)
     if not terms(query):
         return tuple(cursor_code), ()
-    hits = [s for s in finder.search(query, names, near_files=near, exclude=exclude)
+    mirrors = finder.mirrored_sources(path) if path is not None else []
+    hits = [s for s in finder.search(query, names, near_files=near, mirror_files=mirrors,
+                                     exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
     question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)

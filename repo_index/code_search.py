@@ -39,6 +39,8 @@ FILES_CACHED = 512
 #: Search hits re-ranked with the priors below.
 RERANK_POOL = 100
 NEAR_FILE_BOOST = 1.5
+#: A chunk of the source file the open test module mirrors (``tests/test_x.py`` -> ``x.py``).
+MIRROR_FILE_BOOST = 1.5
 TEST_CODE_WEIGHT = 0.5
 STUB_WEIGHT = 0.3
 
@@ -70,6 +72,20 @@ def is_test_path(path: str) -> bool:
         or name == "conftest.py"
         or any(p in ("tests", "test", "testing") for p in parts[:-1])
     )
+
+
+def mirrored_name(path: str) -> str | None:
+    """The source file name a test module is named after (``test_x.py``, ``x_test.py`` ->
+    ``x.py``); None for anything else."""
+    name = path.replace(os.sep, "/").rsplit("/", 1)[-1]
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        return None
+    if stem.startswith("test_") and len(stem) > 5:
+        return f"{stem[5:]}.{ext}"
+    if stem.endswith("_test") and len(stem) > 5:
+        return f"{stem[:-5]}.{ext}"
+    return None
 
 
 class CodeFinder:
@@ -216,6 +232,28 @@ class CodeFinder:
         ranked = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
         return [self._snippet(p, c, self._file(p)[1], w, r) for (p, _), (w, c, r) in ranked]
 
+    def mirrored_sources(self, path: str) -> list[str]:
+        """The source files the test module ``path`` is named after (``tests/test_x.py`` ->
+        ``x.py`` or ``x/__init__.py``): of several, those whose folders share the most names
+        with the test's (``tests/http/test_client.py`` -> ``pkg/http/client.py``)."""
+        name = mirrored_name(path)
+        if name is None:
+            return []
+        package = name.rpartition(".")[0] + "/__init__." + name.rpartition(".")[2]
+        test_dirs = set(path.replace(os.sep, "/").split("/")[:-1])
+        best: list[str] = []
+        best_shared = -1
+        for p in self.index.versions():
+            norm = p.replace(os.sep, "/")
+            if not (norm.endswith("/" + name) or norm.endswith("/" + package)) or is_test_path(p):
+                continue
+            shared = len(test_dirs & set(norm.split("/")[:-1]))
+            if shared > best_shared:
+                best, best_shared = [p], shared
+            elif shared == best_shared:
+                best.append(p)
+        return sorted(best)
+
     # -- lexical search --------------------------------------------------------------------
 
     def search(
@@ -224,27 +262,31 @@ class CodeFinder:
         cursor_names: Collection[str] = (),
         *,
         near_files: Collection[str] = (),
+        mirror_files: Collection[str] = (),
         exclude: Collection[tuple[str, int]] = (),
         limit: int = 20,
     ) -> list[Snippet]:
         """Chunks that match the question (and, weaker, the identifiers near the cursor).
 
-        BM25, then two priors: a chunk in one of ``near_files`` (the files the cursor's code
-        reaches) counts ``NEAR_FILE_BOOST`` times more, and test code counts half (the code
-        to change is rarely the test the developer has open)."""
+        BM25, then priors: a chunk in one of ``near_files`` (the files the cursor's code
+        reaches) counts ``NEAR_FILE_BOOST`` times more, one in ``mirror_files`` (the source the
+        open test module is named after) ``MIRROR_FILE_BOOST`` times more, and test code counts
+        half (the code to change is rarely the test the developer has open)."""
         query: dict[str, float] = {}
         _add_terms(query, question, 1.0)
         _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
         if not query:
             return []
         self.sync()
-        near = set(near_files)
+        near, mirrors = set(near_files), set(mirror_files)
         scored = []
         for score, (p, def_line) in self.lexical.search(query, RERANK_POOL + len(exclude)):
             if (p, def_line) in exclude:
                 continue
             if p in near:
                 score *= NEAR_FILE_BOOST
+            if p in mirrors:
+                score *= MIRROR_FILE_BOOST
             if is_test_path(p):
                 score *= TEST_CODE_WEIGHT
             if p.endswith(".pyi"):

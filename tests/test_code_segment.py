@@ -24,7 +24,7 @@ from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
-from repo_index.code_search import CodeFinder
+from repo_index.code_search import CodeFinder, mirrored_name
 from repo_index.lexical import LexicalIndex, terms
 
 PARSER = '''\
@@ -446,3 +446,43 @@ def test_a_huge_pasted_selection_truncates_itself_and_the_map_stays(
     assert "Question: Why?" in user.text
     assert not asm.segment(SegmentKind.REPO_MAP).truncated  # type: ignore[union-attr]
     assert {s.label for s in asm.segments} >= {"code (cursor)", "code (question)"}
+
+
+# -- the source a test module mirrors ---------------------------------------------------------
+
+
+def test_a_test_module_names_the_source_it_mirrors(tmp_path: Path) -> None:
+    assert mirrored_name("tests/test_client.py") == "client.py"
+    assert mirrored_name("pkg/client_test.py") == "client.py"
+    assert mirrored_name("tests/conftest.py") is None
+    assert mirrored_name("pkg/client.py") is None
+    for rel in ("pkg/__init__.py", "pkg/client.py", "pkg/http/__init__.py", "pkg/http/client.py",
+                "pkg/util/__init__.py", "tests/http/test_client.py", "tests/test_util.py",
+                "tests/test_nothing.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("def f():\n    return 1\n")
+    finder = finder_for(tmp_path)
+    rel = lambda paths: [str(Path(p).relative_to(tmp_path)) for p in paths]  # noqa: E731
+    # Of two client.py, the one whose folders share "http" with the test's.
+    assert rel(finder.mirrored_sources(str(tmp_path / "tests/http/test_client.py"))) == [
+        "pkg/http/client.py"]
+    assert rel(finder.mirrored_sources(str(tmp_path / "tests/test_util.py"))) == [
+        "pkg/util/__init__.py"]
+    assert finder.mirrored_sources(str(tmp_path / "tests/test_nothing.py")) == []
+    assert finder.mirrored_sources(str(tmp_path / "pkg/client.py")) == []
+
+
+def test_the_mirrored_source_ranks_above_an_equal_match(tmp_path: Path) -> None:
+    body = "def render_header(value):\n    return value.title()\n"
+    for rel in ("pkg/alpha.py", "pkg/beta.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_beta.py").write_text("def test_it():\n    pass\n")
+    finder = finder_for(tmp_path)
+    finder.sync()
+    alone = finder.search("render the header")
+    assert [Path(s.path).name for s in alone] == ["alpha.py", "beta.py"]  # a tie: by path
+    mirrors = finder.mirrored_sources(str(tmp_path / "tests/test_beta.py"))
+    boosted = finder.search("render the header", mirror_files=mirrors)
+    assert [Path(s.path).name for s in boosted] == ["beta.py", "alpha.py"]
