@@ -141,7 +141,7 @@ class CodeFinder:
                 path,
                 digest,
                 (
-                    ((path, c.def_line), c.qualname, "\n".join(t for _, t in c.lines(lines)))
+                    (c.def_line, c.qualname, "\n".join(t for _, t in c.lines(lines)))
                     for c in chunks
                 ),
             )

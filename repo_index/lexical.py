@@ -20,6 +20,7 @@ import re
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
 
@@ -77,116 +78,170 @@ def _word_terms(word: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: ``LexicalIndex._doc_file`` of a removed document.
+_DEAD = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class _File:
+    """One file's documents: numbers ``first`` .. ``first + count - 1`` (a file's documents
+    are numbered together and stay together), and their distinct term ids one document after
+    the other (what removing the file takes out of the document frequencies)."""
+
+    version: str
+    slot: int  # its place in LexicalIndex._paths
+    first: int
+    count: int
+    term_ids: array[int]
+
+
 class LexicalIndex:
     """BM25 scores of documents grouped by file; ``set_file`` replaces a file's documents.
 
-    Compact, because a large workspace has millions of (term, chunk) pairs: a posting is a
-    document number and a term count in two ``array`` columns per term (8 bytes, where a
-    dictionary entry per pair cost ~100); a document is its key, length and distinct terms. A
-    removed file's documents are marked dead (their statistics leave at once) and skipped by
-    searches until the postings are compacted, when the dead outnumber the living."""
+    Compact, because a large workspace has millions of (term, chunk) pairs and half a million
+    chunks: a term is a number (its word kept once), a posting a document number and a term
+    count side by side in one ``array`` per term (8 bytes, where a dictionary entry per pair
+    cost ~100), a document its file, line and length in three more columns, and a file the term ids
+    of its documents in one array. A removed file's documents are marked dead (their statistics
+    leave at once) and skipped by searches until everything is renumbered (``_compact``), when
+    the dead outnumber the living."""
 
     def __init__(self) -> None:
-        self._files: dict[str, tuple[str, list[int]]] = {}  # path -> (version, doc numbers)
-        self._keys: list[tuple[str, int] | None] = []  # doc number -> key; None: removed
+        self._files: dict[str, _File] = {}
+        self._paths: list[str | None] = []  # file slot -> path; None: removed
+        self._vocab: dict[str, int] = {}  # term -> id
+        self._df = array("I")  # term id -> living documents with it
+        # term id -> its documents and their term counts, interleaved (doc, tf, doc, tf, ...):
+        # one array per term, because most terms (identifiers) occur in one or two chunks.
+        self._postings: list[array[int] | None] = []
+        self._doc_file = array("I")  # doc number -> file slot; _DEAD: removed
+        self._doc_line = array("I")  # doc number -> line (the key's second part)
         self._lengths = array("I")  # doc number -> length in terms
-        self._terms: list[tuple[str, ...]] = []  # doc number -> its distinct terms
-        self._df: dict[str, int] = {}
-        self._postings: dict[str, tuple[array[int], array[int]]] = {}  # term -> (docs, tfs)
         self._total_length = 0
         self._n_docs = 0  # living documents
 
     def version(self, path: str) -> str | None:
         entry = self._files.get(path)
-        return entry[0] if entry is not None else None
+        return entry.version if entry is not None else None
 
     def paths(self) -> list[str]:
         return list(self._files)
 
-    def set_file(
-        self, path: str, version: str, docs: Iterable[tuple[tuple[str, int], str, str]]
-    ) -> None:
-        """Replace ``path``'s documents by ``docs``: ``(key, name, text)`` each."""
+    def _term_id(self, term: str) -> int:
+        found = self._vocab.get(term)
+        if found is not None:
+            return found
+        new = self._vocab[term] = len(self._df)
+        self._df.append(0)
+        self._postings.append(None)
+        return new
+
+    def set_file(self, path: str, version: str, docs: Iterable[tuple[int, str, str]]) -> None:
+        """Replace ``path``'s documents by ``docs``: ``(line, name, text)`` each; a search
+        finds them as ``(path, line)``."""
         self.remove_file(path)
-        numbers: list[int] = []
-        for key, name, text in docs:
+        slot = len(self._paths)
+        self._paths.append(path)
+        first = len(self._doc_file)
+        term_ids = array("I")
+        for line, name, text in docs:
             counts = Counter(terms(text))
             for t in terms(name):
                 counts[t] += 1  # the name once more
-            n = len(self._keys)
+            n = len(self._doc_file)
             length = sum(counts.values())
-            self._keys.append(key)
+            self._doc_file.append(slot)
+            self._doc_line.append(line)
             self._lengths.append(length)
-            self._terms.append(tuple(counts))
             self._n_docs += 1
             self._total_length += length
             for t, tf in counts.items():
-                self._df[t] = self._df.get(t, 0) + 1
-                posting = self._postings.get(t)
+                tid = self._term_id(t)
+                term_ids.append(tid)
+                self._df[tid] += 1
+                posting = self._postings[tid]
                 if posting is None:
-                    posting = self._postings[t] = (array("I"), array("I"))
-                posting[0].append(n)
-                posting[1].append(tf)
-            numbers.append(n)
-        self._files[path] = (version, numbers)
+                    posting = self._postings[tid] = array("I")
+                posting.append(n)
+                posting.append(tf)
+        self._files[path] = _File(version, slot, first, len(self._doc_file) - first, term_ids)
 
     def remove_file(self, path: str) -> None:
         entry = self._files.pop(path, None)
         if entry is None:
             return
-        for n in entry[1]:
-            self._keys[n] = None
+        self._paths[entry.slot] = None
+        for n in range(entry.first, entry.first + entry.count):
+            self._doc_file[n] = _DEAD
             self._n_docs -= 1
             self._total_length -= self._lengths[n]
-            for t in self._terms[n]:
-                left = self._df[t] - 1
-                if left:
-                    self._df[t] = left
-                else:  # every document with the term is gone
-                    del self._df[t]
-                    del self._postings[t]
-            self._terms[n] = ()
-        if len(self._keys) - self._n_docs > max(COMPACT_MIN_DEAD, self._n_docs):
+        for tid in entry.term_ids:
+            self._df[tid] -= 1
+            if not self._df[tid]:  # every document with the term is gone
+                self._postings[tid] = None
+        if len(self._doc_file) - self._n_docs > max(COMPACT_MIN_DEAD, self._n_docs):
             self._compact()
 
     def _compact(self) -> None:
-        """Renumber the living documents and drop the dead from every posting."""
+        """Renumber the living documents, terms and files; drop the dead from every posting."""
         renumber: dict[int, int] = {}
-        keys: list[tuple[str, int] | None] = []
-        lengths = array("I")
-        doc_terms: list[tuple[str, ...]] = []
-        for n, key in enumerate(self._keys):
-            if key is not None:
-                renumber[n] = len(keys)
-                keys.append(key)
-                lengths.append(self._lengths[n])
-                doc_terms.append(self._terms[n])
-        for t, (docs, tfs) in self._postings.items():
-            living = [(renumber[n], tf) for n, tf in zip(docs, tfs, strict=True)
-                      if n in renumber]
-            self._postings[t] = (array("I", [n for n, _ in living]),
-                                 array("I", [tf for _, tf in living]))
-        self._files = {p: (v, [renumber[n] for n in ns]) for p, (v, ns) in self._files.items()}
-        self._keys, self._lengths, self._terms = keys, lengths, doc_terms
+        doc_file, doc_line, lengths = array("I"), array("I"), array("I")
+        slots: dict[int, int] = {}
+        paths: list[str | None] = []
+        for n, slot in enumerate(self._doc_file):
+            if slot == _DEAD:
+                continue
+            renumber[n] = len(doc_file)
+            if slot not in slots:
+                slots[slot] = len(paths)
+                paths.append(self._paths[slot])
+            doc_file.append(slots[slot])
+            doc_line.append(self._doc_line[n])
+            lengths.append(self._lengths[n])
+        term_ids: dict[int, int] = {}
+        vocab: dict[str, int] = {}
+        df = array("I")
+        postings: list[array[int] | None] = []
+        for term, tid in self._vocab.items():
+            posting = self._postings[tid]
+            if posting is None:
+                continue
+            pairs = iter(posting)
+            term_ids[tid] = vocab[term] = len(df)
+            df.append(self._df[tid])
+            postings.append(array("I", chain.from_iterable(
+                (renumber[n], tf) for n, tf in zip(pairs, pairs, strict=True) if n in renumber)))
+        for path, f in self._files.items():
+            new_slot = slots.get(f.slot, len(paths))
+            if new_slot == len(paths):  # a file without documents
+                paths.append(path)
+            self._files[path] = _File(f.version, new_slot,
+                                      renumber.get(f.first, len(doc_file)) if f.count else 0,
+                                      f.count, array("I", (term_ids[t] for t in f.term_ids)))
+        self._paths, self._vocab, self._df, self._postings = paths, vocab, df, postings
+        self._doc_file, self._doc_line, self._lengths = doc_file, doc_line, lengths
 
     def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
-        """The ``limit`` best documents' keys for weighted query terms, best first (ties by
-        key, so results do not depend on the order files were added in)."""
+        """The ``limit`` best documents' keys ``(path, line)`` for weighted query terms, best
+        first (ties by key, so results do not depend on the order files were added in)."""
         if not self._n_docs:
             return []
         avg = self._total_length / self._n_docs
-        keys, lengths = self._keys, self._lengths
+        doc_file, lengths = self._doc_file, self._lengths
         scores: dict[int, float] = {}
         for term, weight in query.items():
-            posting = self._postings.get(term)
-            if not posting or weight <= 0:
+            tid = self._vocab.get(term)
+            posting = None if tid is None else self._postings[tid]
+            if posting is None or weight <= 0:
                 continue
-            df = self._df[term]
+            df = self._df[tid]
             idf = math.log(1 + (self._n_docs - df + 0.5) / (df + 0.5))
-            for n, tf in zip(posting[0], posting[1], strict=True):
-                if keys[n] is None:
+            pairs = iter(posting)
+            for n, tf in zip(pairs, pairs, strict=True):
+                if doc_file[n] == _DEAD:
                     continue
                 norm = tf * (K1 + 1) / (tf + K1 * (1 - B + B * lengths[n] / avg))
                 scores[n] = scores.get(n, 0.0) + weight * idf * norm
-        order = sorted(scores, key=lambda n: (-scores[n], keys[n]))
-        return [(scores[n], key) for n in order[:limit] if (key := keys[n]) is not None]
+        paths, lines = self._paths, self._doc_line
+        order = sorted(scores, key=lambda n: (-scores[n], paths[doc_file[n]] or "", lines[n]))
+        return [(scores[n], (paths[doc_file[n]] or "", lines[n])) for n in order[:limit]]

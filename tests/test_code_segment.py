@@ -157,9 +157,9 @@ def test_lexical_search_follows_edits_file_by_file(workspace: Path) -> None:
 
 
 def test_lexical_index_update_equals_a_fresh_build() -> None:
-    docs_a = [(("a.py", 1), "parse_config", "def parse_config(text): return split(text)")]
-    docs_b = [(("b.py", 3), "split", "def split(text): return text.split()")]
-    docs_b2 = [(("b.py", 3), "split_lines", "def split_lines(text): return text.splitlines()")]
+    docs_a = [(1, "parse_config", "def parse_config(text): return split(text)")]
+    docs_b = [(3, "split", "def split(text): return text.split()")]
+    docs_b2 = [(3, "split_lines", "def split_lines(text): return text.splitlines()")]
     edited = LexicalIndex()
     edited.set_file("a.py", "1", docs_a)
     edited.set_file("b.py", "1", docs_b)
@@ -187,8 +187,8 @@ def test_a_lexical_index_after_edits_and_compaction_scores_as_a_fresh_one(
     words = ["parse", "split", "config", "value", "quote", "strip", "line", "text", "key",
              "loads", "dumps", "encode", "decode", "buffer", "stream", "token"]
 
-    def docs(path: str, version: int) -> list[tuple[tuple[str, int], str, str]]:
-        return [((path, line), rng.choice(words),
+    def docs(path: str, version: int) -> list[tuple[int, str, str]]:
+        return [(line, rng.choice(words),
                  " ".join(rng.choice(words) for _ in range(rng.randrange(1, 30))))
                 for line in range(rng.randrange(0, 5))]
 
@@ -206,7 +206,13 @@ def test_a_lexical_index_after_edits_and_compaction_scores_as_a_fresh_one(
             fresh.set_file(p, "v", d)
         query = {t: rng.choice((0.3, 1.0)) for t in rng.sample(words, 4)}
         assert edited.search(query, 8) == fresh.search(query, 8), step
-    assert len(edited._keys) < 3 * max(1, edited._n_docs) + 3  # the dead were compacted
+    assert len(edited._doc_file) < 3 * max(1, edited._n_docs) + 3  # the dead were compacted
+    monkeypatch.setattr(lexical, "COMPACT_MIN_DEAD", 0)  # compact at every removal now
+    for path in list(current):
+        edited.remove_file(path)
+    # Removing everything leaves nothing behind: documents, files, terms.
+    assert edited.search({t: 1.0 for t in words}, 8) == []
+    assert (len(edited._doc_file), len(edited._paths), len(edited._vocab)) == (0, 0, 0)
 
 
 # -- choosing within the budget ---------------------------------------------------------------
