@@ -231,8 +231,10 @@ class LexicalIndex:
         scores: dict[int, float] = {}
         for term, weight in query.items():
             tid = self._vocab.get(term)
-            posting = None if tid is None else self._postings[tid]
-            if posting is None or weight <= 0:
+            if tid is None or weight <= 0:
+                continue
+            posting = self._postings[tid]
+            if posting is None:  # every chunk with the term is gone
                 continue
             df = self._df[tid]
             idf = math.log(1 + (self._n_docs - df + 0.5) / (df + 0.5))
