@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from contextasm import CodeSnippet
@@ -51,7 +51,7 @@ class CodeBudget:
     when set.
 
     The question part is prefilled at every ask (it depends on the question), the cursor part
-    in idle time: ``question_max`` bounds what an ask costs (``for_prefill_rate``), and what
+    in idle time: ``question_max`` bounds what an ask costs (``question_cap``), and what
     the bound keeps from the question part goes to the cursor part (``absorb``), which costs
     the ask nothing. The bound moves only when the measured rate leaves its band
     (``SteadyRate``), so the idle prompt does not follow every prefill's noise."""
@@ -77,13 +77,6 @@ class CodeBudget:
         if self.question_max is not None:
             room = min(self.question_max, room)
         return max(0, room - self.question_trim)
-
-    def for_prefill_rate(self, tokens_per_s: float | None, question_ms: int) -> CodeBudget:
-        """This budget with its question part bounded by what the engine prefills in
-        ``question_ms`` at ``tokens_per_s`` (at least ``QUESTION_MIN_TOKENS``); unchanged when
-        the rate is not known yet or ``question_ms`` is 0."""
-        cap = question_cap(tokens_per_s, question_ms)
-        return self if cap is None else replace(self, question_max=cap)
 
 
 def question_cap(tokens_per_s: float | None, question_ms: int) -> int | None:

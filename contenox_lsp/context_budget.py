@@ -41,7 +41,7 @@ class ContextBudget:
     ``map_cap`` when set), the code segments the rest after everything else beside the question
     (at most ``code_cap`` when set), split between the cursor's part and the question's by
     ``code_cursor_share``; ``question_max`` bounds the question's part (the server's time
-    bound, ``CodeBudget.for_prefill_rate``)."""
+    bound, ``code_segment.question_cap``)."""
 
     tokens: int = DEFAULT_CONTEXT_TOKENS
     map_share: float = DEFAULT_MAP_SHARE

@@ -18,6 +18,7 @@ from contenox_lsp.code_segment import (
     CodeRequest,
     SteadyRate,
     code_inputs,
+    question_cap,
     render_snippet,
 )
 from contenox_lsp.turn import read_disk_text
@@ -313,17 +314,17 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
 
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
                                                       gemma: LlamaVocabTokenizer) -> None:
-    """The question's code is prefilled at the ask: ``for_prefill_rate`` caps it at what the
+    """The question's code is prefilled at the ask: ``question_cap`` bounds it at what the
     engine computes in the time given, never below a floor; the room it keeps goes to the
     cursor part (prefilled in idle time), unless ``absorb`` is off."""
     budget = CodeBudget(1200, cursor_share=0.1)  # most definitions left to the question
-    assert budget.for_prefill_rate(None, 1000) == budget  # no rate measured yet
-    assert budget.for_prefill_rate(500.0, 0) == budget  # no bound asked for
-    assert budget.for_prefill_rate(300.0, 500).question_max == 150
-    assert budget.for_prefill_rate(10.0, 1000).question_max == QUESTION_MIN_TOKENS
-    bounded = budget.for_prefill_rate(140.0, 1000)
+    assert question_cap(None, 1000) is None  # no rate measured yet
+    assert question_cap(500.0, 0) is None  # no bound asked for
+    assert question_cap(300.0, 500) == 150
+    assert question_cap(10.0, 1000) == QUESTION_MIN_TOKENS
+    bounded = replace(budget, question_max=question_cap(140.0, 1000))
     assert bounded.cursor_tokens == 1200 - 140
-    kept = replace(budget, absorb=False).for_prefill_rate(140.0, 1000)
+    kept = replace(budget, absorb=False, question_max=question_cap(140.0, 1000))
     assert kept.cursor_tokens == budget.cursor_tokens
 
     finder = finder_for(workspace)
