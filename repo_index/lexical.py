@@ -215,8 +215,8 @@ class LexicalIndex:
             new_slot = slots.get(f.slot, len(paths))
             if new_slot == len(paths):  # a file without documents
                 paths.append(path)
-            self._files[path] = _File(f.version, new_slot,
-                                      renumber.get(f.first, len(doc_file)) if f.count else 0,
+            # A living file's documents are all living: its first one was renumbered.
+            self._files[path] = _File(f.version, new_slot, renumber[f.first] if f.count else 0,
                                       f.count, array("I", (term_ids[t] for t in f.term_ids)))
         self._paths, self._vocab, self._df, self._postings = paths, vocab, df, postings
         self._doc_file, self._doc_line, self._lengths = doc_file, doc_line, lengths
