@@ -66,7 +66,7 @@ def _matches(
         nodes = caps.get(key)
         if not nodes:
             continue
-        kind = key[11:]
+        kind = sys.intern(key[11:])
         rank = _KIND_PRIORITY.get(kind, len(_KIND_PRIORITY))
         seen = defs.get(at)
         if seen is None or rank < seen[0]:

@@ -7,9 +7,11 @@ evenly among the files that define N. Routing through one node per name keeps th
 linear in (uses + definitions) rather than uses × definitions. The rank a definition receives
 is its share of the flow along its name.
 
-The iteration runs over C-level iterators (``map``/``sum``) grouped by name and by file, and
-its order is fixed (paths and names sorted), so the same graph and focus always give
-bit-identical floats: the map is byte-identical across runs.
+The iteration is vectorised with NumPy (a 20,000-file workspace has ~900,000 edges: the
+Python-level iteration took seconds and hundreds of MiB of float objects). Its sums are
+``bincount``'s, which adds in input order, and that order is fixed (paths and names sorted),
+so the same graph and focus always give bit-identical floats: the map is byte-identical
+across runs.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import math
 from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import mul, sub
+
+import numpy as np
 
 from repo_index.graph import SymbolGraph
 from repo_index.languages import common_names_for
@@ -35,7 +37,9 @@ BUILTIN_FACTOR = 0.05
 @dataclass(frozen=True)
 class Ranking:
     files: dict[str, float]
-    names: dict[tuple[str, str], float]  # (defining file, name) -> rank
+    # name -> the rank each file defining it in its outline receives (one entry per name, not
+    # per definition: the same value, and a tenth of the memory on a large workspace)
+    names: dict[str, float]
     iterations: int
 
 
@@ -56,14 +60,6 @@ def name_weight(name: str, n_definers: int, focus_idents: Collection[str]) -> fl
     return weight
 
 
-def _group_sums(values: list[float], ends: list[int]) -> list[float]:
-    """Sums of consecutive groups of ``values`` ending at ``ends``, via one prefix sum
-    (C-level iteration: the whole PageRank step stays out of Python bytecode)."""
-    prefix = [0.0, *accumulate(values)]
-    starts = [0, *ends[:-1]]
-    return list(map(sub, map(prefix.__getitem__, ends), map(prefix.__getitem__, starts)))
-
-
 def _stem(path: str) -> str:
     base = path.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
     return base.split(".", 1)[0]
@@ -80,9 +76,9 @@ class RankGraph:
     index: dict[str, int]
     names: list[str]
     name_ix: dict[str, int]
-    name_end: list[int]
-    n_definers: list[int]
-    share: list[float]  # damping / number of definers
+    name_end: array[int]
+    n_definers: array[int]
+    share: array[float]  # damping / number of definers
     edge_user: array[int]
     edge_name: array[int]
     edge_root: array[float]  # sqrt(uses)
@@ -90,8 +86,8 @@ class RankGraph:
     weight: array[float]  # the edge weights without focus
     total_out: array[float]  # each file's outgoing weight without focus
     user_edges: list[array[int]]  # each file's edges, in edge order
-    def_name: list[int]
-    file_end: list[int]
+    def_name: array[int]  # the names each file defines, file after file
+    def_file: array[int]  # the file of each entry of def_name
 
 
 def prepare(graph: SymbolGraph, paths: Sequence[str]) -> RankGraph:
@@ -100,9 +96,7 @@ def prepare(graph: SymbolGraph, paths: Sequence[str]) -> RankGraph:
     builtins = [common_names_for(p) for p in paths]
     n = len(paths)
     names: list[str] = []
-    name_end: list[int] = []
-    n_definers: list[int] = []
-    share: list[float] = []
+    name_end, n_definers, share = array("i"), array("i"), array("d")
     edge_user, edge_name = array("i"), array("i")
     edge_root, weight = array("d"), array("d")
     edge_builtin = bytearray()
@@ -147,8 +141,8 @@ def prepare(graph: SymbolGraph, paths: Sequence[str]) -> RankGraph:
         n_definers=n_definers, share=share, edge_user=edge_user, edge_name=edge_name,
         edge_root=edge_root, edge_builtin=bytes(edge_builtin), weight=weight,
         total_out=total_out, user_edges=user_edges,
-        def_name=[k for ks in defines for k in ks],
-        file_end=list(accumulate(len(ks) for ks in defines)),
+        def_name=array("i", (k for ks in defines for k in ks)),
+        def_file=array("i", (r for r, ks in enumerate(defines) for _ in ks)),
     )
 
 
@@ -163,9 +157,8 @@ def _focused(g: RankGraph, focus_ix: set[int],
     edges: set[int] = set()
     for r in focus_ix:
         edges.update(g.user_edges[r])
-    starts = [0, *g.name_end[:-1]]
-    for k in ident_names:
-        edges.update(range(starts[k], g.name_end[k]))
+    for k in ident_names:  # a name's edges run from the previous name's end to its own
+        edges.update(range(g.name_end[k - 1] if k else 0, g.name_end[k]))
     bases: dict[int, float] = {}
     for e in edges:
         k = g.edge_name[e]
@@ -202,11 +195,9 @@ def rank(
     if n == 0:
         return Ranking({}, {}, 0)
     g = prepared if prepared is not None else prepare(graph, paths)
-    index, names = g.index, g.names
+    index = g.index
     focus_ix = {index[p] for p in focus_files if p in index}
-    edge_user, name_end, share = g.edge_user, g.name_end, g.share
-    def_name, file_end = g.def_name, g.file_end
-    edge_weight, total_out = _focused(g, focus_ix, focus_idents)
+    weight, out = _focused(g, focus_ix, focus_idents)
 
     # Teleport vector: focus files (and files named like a focus identifier) get most of it.
     wanted = set(focus_ix)
@@ -216,41 +207,42 @@ def rank(
         for ident in idents:  # and the files defining an identifier the user mentioned
             wanted.update(index[p] for p in graph.outline.get(ident, ()) if p in index)
     if wanted:
-        rest = (1.0 - FOCUS_SHARE) / n
-        bonus = FOCUS_SHARE / len(wanted)
-        teleport = [rest + (bonus if i in wanted else 0.0) for i in range(n)]
+        teleport = np.full(n, (1.0 - FOCUS_SHARE) / n)
+        teleport[sorted(wanted)] += FOCUS_SHARE / len(wanted)
     else:
-        teleport = [1.0 / n] * n
+        teleport = np.full(n, 1.0 / n)
 
-    inv_out = [1.0 / t if t else 0.0 for t in total_out]
-    dangling_ix = [i for i in range(n) if not total_out[i]]
-    x = list(teleport)
+    edge_user = np.frombuffer(g.edge_user, dtype=np.intc)
+    edge_name = np.frombuffer(g.edge_name, dtype=np.intc)
+    edge_weight = np.frombuffer(weight, dtype=np.float64)
+    def_name = np.frombuffer(g.def_name, dtype=np.intc)
+    def_file = np.frombuffer(g.def_file, dtype=np.intc)
+    share = np.frombuffer(g.share, dtype=np.float64)
+    total_out = np.frombuffer(out, dtype=np.float64)
+    inv_out = np.zeros(n)
+    np.divide(1.0, total_out, out=inv_out, where=total_out != 0.0)
+    dangling = total_out == 0.0
+    x = teleport
     if start is not None:
-        seeded = [start.files.get(p, 0.0) for p in paths]
-        total = sum(seeded)
+        seeded = np.array([start.files.get(p, 0.0) for p in paths])
+        total = float(seeded.sum())
         if total > 0.0:
-            x = [v / total for v in seeded]
-    per_definer: list[float] = [0.0] * len(names)
+            x = seeded / total
+    per_definer = np.zeros(len(g.names))
     iterations = 0
     while iterations < MAX_ITERATIONS:
         iterations += 1
-        scaled = list(map(mul, x, inv_out))  # what each file sends per unit of weight
-        sent = list(map(mul, map(scaled.__getitem__, edge_user), edge_weight))
-        flow = _group_sums(sent, name_end)
-        per_definer = list(map(mul, flow, share))
-        incoming = _group_sums(list(map(per_definer.__getitem__, def_name)), file_end)
-        leak = 1.0 - DAMPING + DAMPING * sum(map(x.__getitem__, dangling_ix))
-        new = [leak * t + f for t, f in zip(teleport, incoming, strict=True)]
-        delta = sum(map(abs, map(sub, new, x)))
+        sent = (x * inv_out)[edge_user] * edge_weight  # what each edge carries
+        flow = np.bincount(edge_name, weights=sent, minlength=len(g.names))
+        per_definer = flow * share
+        incoming = np.bincount(def_file, weights=per_definer[def_name], minlength=n)
+        leak = 1.0 - DAMPING + DAMPING * float(x[dangling].sum())
+        new = leak * teleport + incoming
+        delta = float(np.abs(new - x).sum())
         x = new
         if delta < TOLERANCE:
             break
 
-    ranked: dict[tuple[str, str], float] = {}
-    for k, name in enumerate(names):
-        value = per_definer[k]
-        if value:
-            for p in graph.outline[name]:
-                if p in index:
-                    ranked[(p, name)] = value
-    return Ranking(dict(zip(paths, x, strict=True)), ranked, iterations)
+    ranked = {name: value for name, value in zip(g.names, per_definer.tolist(), strict=True)
+              if value}
+    return Ranking(dict(zip(paths, x.tolist(), strict=True)), ranked, iterations)

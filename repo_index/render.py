@@ -163,7 +163,7 @@ def _file_items(
     for i, d in enumerate(symbols.defs):
         if not visible[i]:
             continue
-        score = ranking.names.get((view.path, d.name), 0.0) + base
+        score = ranking.names.get(d.name, 0.0) + base
         if d.name.startswith("_"):
             score *= PRIVATE_FACTOR
         if d.name in focus_idents:

@@ -6,6 +6,7 @@ into the on-disk cache (``marshal``) without custom serialisation.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -125,9 +126,15 @@ class FileSymbols:
     def from_plain(cls, plain: Any) -> FileSymbols:
         """Inverse of ``to_plain``; raises ``ValueError``/``TypeError`` on malformed data."""
         defs_raw, names, raw_pos = plain
-        defs = tuple(map(Definition._make, defs_raw))
         if not isinstance(names, tuple) or not isinstance(raw_pos, bytes):
             raise TypeError("malformed reference tables")
+        # Names and kinds are interned: symbols from worker processes arrive with a string
+        # object per use, and a large workspace repeats its names millions of times.
+        intern = sys.intern
+        defs = tuple(
+            Definition(intern(name), intern(kind), *rest) for name, kind, *rest in defs_raw
+        )
+        names = tuple(map(intern, names))
         pos = array("I")
         pos.frombytes(raw_pos)
         if len(pos) != 3 * len(names):

@@ -44,7 +44,7 @@ def test_replaced_files_stream_like_a_fresh_build(monkeypatch: pytest.MonkeyPatc
     n = 12
     ranking = Ranking(
         {f"/w/m{i}.py": rng.random() for i in range(n)},
-        {(f"/w/m{i}.py", name): rng.random() / 10
+        {name: rng.random() / 10
          for i in range(n) for name in (f"Thing{i}", f"helper_{i}", f"method_{i}")},
         1,
     )
