@@ -15,9 +15,11 @@ name says what a definition is about).
 from __future__ import annotations
 
 import keyword
+import logging
 import math
 import re
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ B = 0.75
 COMPACT_MIN_DEAD = 4096
 
 
+log = logging.getLogger(__name__)
 _STEMMER = snowballstemmer.stemmer("english")
 
 
@@ -80,13 +83,18 @@ def _word_terms(word: str) -> tuple[str, ...]:
 
 #: ``LexicalIndex._doc_file`` of a removed document.
 _DEAD = 0xFFFFFFFF
+#: A posting is ``doc << TF_BITS | tf``; a term count that does not fit is kept aside.
+TF_BITS = 8
+_TF_MASK = (1 << TF_BITS) - 1
+#: Document numbers fit in the bits a posting leaves them.
+MAX_DOCS = 1 << (32 - TF_BITS)
 
 
 @dataclass(frozen=True)
 class _File:
     """One file's documents: numbers ``first`` .. ``first + count - 1`` (a file's documents
-    are numbered together and stay together), and their distinct term ids one document after
-    the other (what removing the file takes out of the document frequencies)."""
+    are numbered together and stay together), and the distinct term ids they hold (removing
+    the file finds its documents in each of those terms' postings, which are sorted)."""
 
     version: str
     slot: int  # its place in LexicalIndex._paths
@@ -100,20 +108,22 @@ class LexicalIndex:
 
     Compact, because a large workspace has millions of (term, chunk) pairs and half a million
     chunks: a term is a number (its word kept once), a posting a document number and a term
-    count side by side in one ``array`` per term (8 bytes, where a dictionary entry per pair
-    cost ~100), a document its file, line and length in three more columns, and a file the term ids
-    of its documents in one array. A removed file's documents are marked dead (their statistics
-    leave at once) and skipped by searches until everything is renumbered (``_compact``), when
-    the dead outnumber the living."""
+    count packed in 4 bytes (``doc << TF_BITS | tf``; a count past ``_TF_MASK`` - 1 is kept in
+    ``_big_tf``) in one ``array`` per term, sorted by document (documents are numbered in the
+    order they are added, and renumbering keeps that order), a document its file, line and
+    length in three more columns, and a file its distinct term ids in one array. A removed
+    file's documents are marked dead (their statistics leave at once) and skipped by searches
+    until everything is renumbered (``_compact``), when the dead outnumber the living."""
 
     def __init__(self) -> None:
         self._files: dict[str, _File] = {}
         self._paths: list[str | None] = []  # file slot -> path; None: removed
         self._vocab: dict[str, int] = {}  # term -> id
         self._df = array("I")  # term id -> living documents with it
-        # term id -> its documents and their term counts, interleaved (doc, tf, doc, tf, ...):
-        # one array per term, because most terms (identifiers) occur in one or two chunks.
+        # term id -> its postings (doc << TF_BITS | tf), by document: one array per term,
+        # because most terms (identifiers) occur in one or two chunks.
         self._postings: list[array[int] | None] = []
+        self._big_tf: dict[tuple[int, int], int] = {}  # (term id, doc) -> a count too large
         self._doc_file = array("I")  # doc number -> file slot; _DEAD: removed
         self._doc_line = array("I")  # doc number -> line (the key's second part)
         self._lengths = array("I")  # doc number -> length in terms
@@ -140,10 +150,17 @@ class LexicalIndex:
         """Replace ``path``'s documents by ``docs``: ``(line, name, text)`` each; a search
         finds them as ``(path, line)``."""
         self.remove_file(path)
+        docs = list(docs)
+        if len(self._doc_file) + len(docs) > MAX_DOCS and self._n_docs < len(self._doc_file):
+            self._compact()  # renumbering frees the numbers of the dead
+        if len(self._doc_file) + len(docs) > MAX_DOCS:
+            log.warning("code search holds %d chunks, its most: %s is not searchable",
+                        self._n_docs, path)
+            docs = []
         slot = len(self._paths)
         self._paths.append(path)
         first = len(self._doc_file)
-        term_ids = array("I")
+        file_terms: dict[int, None] = {}  # distinct, in first-seen order
         for line, name, text in docs:
             counts = Counter(terms(text))
             for t in terms(name):
@@ -157,14 +174,17 @@ class LexicalIndex:
             self._total_length += length
             for t, tf in counts.items():
                 tid = self._term_id(t)
-                term_ids.append(tid)
+                file_terms[tid] = None
                 self._df[tid] += 1
                 posting = self._postings[tid]
                 if posting is None:
                     posting = self._postings[tid] = array("I")
-                posting.append(n)
-                posting.append(tf)
-        self._files[path] = _File(version, slot, first, len(self._doc_file) - first, term_ids)
+                if tf >= _TF_MASK:
+                    self._big_tf[(tid, n)] = tf
+                    tf = _TF_MASK
+                posting.append(n << TF_BITS | tf)
+        self._files[path] = _File(version, slot, first, len(self._doc_file) - first,
+                                  array("I", file_terms))
 
     def remove_file(self, path: str) -> None:
         entry = self._files.pop(path, None)
@@ -175,8 +195,15 @@ class LexicalIndex:
             self._doc_file[n] = _DEAD
             self._n_docs -= 1
             self._total_length -= self._lengths[n]
+        lo, hi = entry.first << TF_BITS, (entry.first + entry.count) << TF_BITS
         for tid in entry.term_ids:
-            self._df[tid] -= 1
+            posting = self._postings[tid]
+            assert posting is not None  # the file's documents hold the term
+            start, end = bisect_left(posting, lo), bisect_left(posting, hi)
+            for v in posting[start:end]:
+                if v & _TF_MASK == _TF_MASK:
+                    del self._big_tf[(tid, v >> TF_BITS)]
+            self._df[tid] -= end - start
             if not self._df[tid]:  # every document with the term is gone
                 self._postings[tid] = None
         if len(self._doc_file) - self._n_docs > max(COMPACT_MIN_DEAD, self._n_docs):
@@ -202,15 +229,22 @@ class LexicalIndex:
         vocab: dict[str, int] = {}
         df = array("I")
         postings: list[array[int] | None] = []
+        big_tf: dict[tuple[int, int], int] = {}
         for term, tid in self._vocab.items():
             posting = self._postings[tid]
             if posting is None:
                 continue
-            pairs = iter(posting)
-            term_ids[tid] = vocab[term] = len(df)
+            new_tid = term_ids[tid] = vocab[term] = len(df)
             df.append(self._df[tid])
-            postings.append(array("I", chain.from_iterable(
-                (renumber[n], tf) for n, tf in zip(pairs, pairs, strict=True) if n in renumber)))
+            kept = array("I")
+            for v in posting:
+                doc = renumber.get(v >> TF_BITS)
+                if doc is None:
+                    continue
+                kept.append(doc << TF_BITS | (v & _TF_MASK))
+                if v & _TF_MASK == _TF_MASK:
+                    big_tf[(new_tid, doc)] = self._big_tf[(tid, v >> TF_BITS)]
+            postings.append(kept)
         for path, f in self._files.items():
             new_slot = slots.get(f.slot, len(paths))
             if new_slot == len(paths):  # a file without documents
@@ -219,6 +253,7 @@ class LexicalIndex:
             self._files[path] = _File(f.version, new_slot, renumber[f.first] if f.count else 0,
                                       f.count, array("I", (term_ids[t] for t in f.term_ids)))
         self._paths, self._vocab, self._df, self._postings = paths, vocab, df, postings
+        self._big_tf = big_tf
         self._doc_file, self._doc_line, self._lengths = doc_file, doc_line, lengths
 
     def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
@@ -238,10 +273,13 @@ class LexicalIndex:
                 continue
             df = self._df[tid]
             idf = math.log(1 + (self._n_docs - df + 0.5) / (df + 0.5))
-            pairs = iter(posting)
-            for n, tf in zip(pairs, pairs, strict=True):
+            for v in posting:
+                n = v >> TF_BITS
                 if doc_file[n] == _DEAD:
                     continue
+                tf = v & _TF_MASK
+                if tf == _TF_MASK:
+                    tf = self._big_tf[(tid, n)]
                 norm = tf * (K1 + 1) / (tf + K1 * (1 - B + B * lengths[n] / avg))
                 scores[n] = scores.get(n, 0.0) + weight * idf * norm
         paths, lines = self._paths, self._doc_line
