@@ -55,9 +55,10 @@ _EMPTY: Counter[str] = Counter()
 
 class SymbolGraph:
     def __init__(self) -> None:
-        # name -> {path: count}; ``outline`` counts only definitions shown in outlines
-        # (not nested in functions): those are what other files can meaningfully refer to.
-        self.defined: dict[str, dict[str, int]] = {}
+        # name -> {path: count}; ``outline`` counts the definitions shown in outlines: those
+        # are what other files can meaningfully refer to; ``nested`` those inside functions
+        # (kept apart, not as a table of all definitions: that would repeat the outline's).
+        self.nested: dict[str, dict[str, int]] = {}
         self.outline: dict[str, dict[str, int]] = {}
         self.used: dict[str, dict[str, int]] = {}
         self._files: dict[str, tuple[Counter[str], Counter[str], Counter[str]]] = {}
@@ -77,17 +78,17 @@ class SymbolGraph:
         if symbols is None:
             new = (_EMPTY, _EMPTY, _EMPTY)
         else:
-            defined, outline = symbols.name_counts()
-            new = (defined, outline, symbols.ref_counts())
+            nested, outline = symbols.name_counts()
+            new = (nested, outline, symbols.ref_counts())
         old = self._files.get(path)
         if old is None:
-            _fill(self.defined, path, new[0])
+            _fill(self.nested, path, new[0])
             _fill(self.outline, path, new[1])
             _fill(self.used, path, new[2])
             self._used_entries += len(new[2])
             self.file_set_version += 1
         else:
-            _apply(self.defined, path, old[0], new[0])
+            _apply(self.nested, path, old[0], new[0])
             changed = _apply(self.outline, path, old[1], new[1])[0]
             used_changed, entries = _apply(self.used, path, old[2], new[2])
             changed += used_changed
@@ -103,12 +104,16 @@ class SymbolGraph:
         old = self._files.pop(path, None)
         if old is None:
             return False
-        _apply(self.defined, path, old[0], _EMPTY)
+        _apply(self.nested, path, old[0], _EMPTY)
         _apply(self.outline, path, old[1], _EMPTY)
         self._used_entries += _apply(self.used, path, old[2], _EMPTY)[1]
         self.version += 1
         self.file_set_version += 1
         return True
+
+    def definers(self, name: str) -> list[str]:
+        """The files defining ``name`` (in their outline or inside a function), sorted."""
+        return sorted(self.outline.get(name, {}).keys() | self.nested.get(name, {}).keys())
 
     def size(self) -> int:
         """Number of (file, name) reference entries: the scale churn is measured against.

@@ -575,7 +575,7 @@ class RepoIndex:
         with self._lock:
             graph = self._ensure_graph()
             out: list[Symbol] = []
-            for path in sorted(graph.defined.get(name, {})):
+            for path in graph.definers(name):
                 out += [s for s in self._records[path].public_symbols() if s.name == name]
             return out
 

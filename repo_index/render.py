@@ -62,8 +62,11 @@ class FileView:
     symbols: FileSymbols | None
 
 
-# (-bucket, display, position, path, def index or -1, key)
-_Candidate = tuple[int, str, int, str, int, ItemKey]
+# (-bucket, display, def index or -1 (the file's bare name), path): best first, ties by
+# display, then position in the file (a file's definitions are sorted by position). Kept to
+# shared objects only: a large workspace has an item per definition (400,000 at 20,000
+# files); an item's key (``item_keys``) is derived when a map needs it.
+_Candidate = tuple[int, str, int, str]
 
 
 def _bucket(score: float) -> int:
@@ -101,13 +104,39 @@ class Candidates:
         return own
 
     def item(self, key: ItemKey) -> _Candidate | None:
-        """The item with ``key`` (its first part is its file's path), if it is still there.
-        Looked up in its file's items rather than in a map of every item: a map's handful of
-        incumbents do not warrant a dictionary entry per definition of the workspace."""
-        for item in self._of.get(key[0], ()):
-            if item[5] == key:
-                return item
-        return None
+        """The item with ``key`` (its first part is its file's path), if it is still there."""
+        return self.items_with([key]).get(key)
+
+    def items_with(self, keys: Iterable[ItemKey]) -> dict[ItemKey, _Candidate]:
+        """The items that still have these keys. Looked up in their files' items rather than
+        in a map of every item: a map's handful of incumbents do not warrant a dictionary
+        entry per definition of the workspace."""
+        wanted: dict[str, set[ItemKey]] = {}
+        for key in keys:
+            wanted.setdefault(key[0], set()).add(key)
+        out: dict[ItemKey, _Candidate] = {}
+        for path, want in wanted.items():
+            view = self.views.get(path)
+            if view is None:
+                continue
+            by_index = {i: key for i, key in item_keys(view).items() if key in want}
+            for item in self._of[path]:
+                found = by_index.get(item[2])
+                if found is not None:
+                    out[found] = item
+        return out
+
+    def keys_of(self, items: Iterable[_Candidate]) -> list[ItemKey]:
+        """The keys of ``items`` (current items), in order."""
+        keys: dict[str, dict[int, ItemKey]] = {}
+        out: list[ItemKey] = []
+        for item in items:
+            path = item[3]
+            of_file = keys.get(path)
+            if of_file is None:
+                of_file = keys[path] = item_keys(self.views[path])
+            out.append(of_file[item[2]])
+        return out
 
     def replace(self, path: str, view: FileView | None) -> None:
         """``path`` now looks like ``view`` (None: it is gone)."""
@@ -147,9 +176,7 @@ def _file_items(
 ) -> list[_Candidate]:
     """The items of one file: its bare name and each outline definition, scored."""
     file_rank = ranking.files.get(view.path, 0.0)
-    items: list[_Candidate] = [
-        (-_bucket(FILE_SHARE * file_rank), view.display, -1, view.path, -1, (view.path,))
-    ]
+    items: list[_Candidate] = [(-_bucket(FILE_SHARE * file_rank), view.display, -1, view.path)]
     symbols = view.symbols
     if symbols is None or not symbols.defs:
         return items
@@ -157,9 +184,7 @@ def _file_items(
     shown = sum(visible)
     if not shown:
         return items
-    parents = symbols.parents()
     base = DEF_BASE_SHARE * file_rank / shown
-    seen: dict[tuple[str, str, str], int] = {}
     for i, d in enumerate(symbols.defs):
         if not visible[i]:
             continue
@@ -168,13 +193,29 @@ def _file_items(
             score *= PRIVATE_FACTOR
         if d.name in focus_idents:
             score *= FOCUS_IDENT_FACTOR
+        items.append((-_bucket(score), view.display, i, view.path))
+    return items
+
+
+def item_keys(view: FileView) -> dict[int, ItemKey]:
+    """Each item of one file by its def index (-1: the bare name): its key, which names it
+    across edits that move code (path, parent's name, name, kind, ordinal among namesakes)."""
+    keys: dict[int, ItemKey] = {-1: (view.path,)}
+    symbols = view.symbols
+    if symbols is None:
+        return keys
+    visible = symbols.visible()
+    parents = symbols.parents()
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, d in enumerate(symbols.defs):
+        if not visible[i]:
+            continue
         parent = symbols.defs[parents[i]].name if parents[i] >= 0 else ""
         ident = (parent, d.name, d.kind)
         ordinal = seen.get(ident, 0)
         seen[ident] = ordinal + 1
-        key = (view.path, parent, d.name, d.kind, str(ordinal))
-        items.append((-_bucket(score), view.display, d.name_byte, view.path, i, key))
-    return items
+        keys[i] = (view.path, parent, d.name, d.kind, str(ordinal))
+    return keys
 
 
 class _Plan:
@@ -265,16 +306,14 @@ class _Plan:
 def _stream(candidates: Candidates, incumbents: Iterable[ItemKey]) -> Iterable[_Candidate]:
     """Candidates best first, incumbents lifted by ``MARGIN`` buckets; each key once."""
     lifted = sorted(
-        (item[0] - MARGIN, *item[1:])
-        for key in incumbents
-        if (item := candidates.item(key)) is not None
+        (item[0] - MARGIN, *item[1:]) for item in candidates.items_with(incumbents).values()
     )
-    seen: set[ItemKey] = set()
+    seen: set[tuple[str, int]] = set()
     for item in heapq.merge(lifted, candidates.ordered()):
-        key = item[5]
-        if key in seen:
+        ident = (item[3], item[2])  # (path, def index): one item
+        if ident in seen:
             continue
-        seen.add(key)
+        seen.add(ident)
         yield item
 
 
@@ -291,7 +330,7 @@ def render(
         plan = _Plan(candidates, count)
         misses = 0
         for item in _stream(candidates, incumbents):
-            if plan.try_add(item[3], item[4], budget):
+            if plan.try_add(item[3], item[2], budget):
                 accepted.append(item)
             else:
                 misses += 1
@@ -300,7 +339,7 @@ def render(
     while True:
         plan = _Plan(candidates, count)
         for item in accepted:
-            plan.try_add(item[3], item[4], 1 << 62)
+            plan.try_add(item[3], item[2], 1 << 62)
         text, files = plan.render()
         tokens = count(text) if text else 0
         # Per-line costs add up for the default estimate; a real tokenizer may merge across
@@ -309,4 +348,4 @@ def render(
             break
         accepted.pop()
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return RepoMap(text, digest, files, tokens, budget), [item[5] for item in accepted]
+    return RepoMap(text, digest, files, tokens, budget), candidates.keys_of(accepted)

@@ -98,13 +98,15 @@ class FileSymbols:
         return self._outline
 
     def name_counts(self) -> tuple[Counter[str], Counter[str]]:
-        """How often each name is defined: all definitions, and outline definitions."""
+        """How often each name is defined: inside functions (not in the outline; usually
+        none), and in the outline."""
         if self._name_counts is None:
             visible = self.visible()
-            self._name_counts = (
-                Counter(d.name for d in self.defs),
-                Counter(d.name for d, v in zip(self.defs, visible, strict=True) if v),
-            )
+            nested: Counter[str] = Counter()
+            outline: Counter[str] = Counter()
+            for d, v in zip(self.defs, visible, strict=True):
+                (outline if v else nested)[d.name] += 1
+            self._name_counts = (nested, outline)
         return self._name_counts
 
     def inherit_shape(self, other: FileSymbols) -> None:

@@ -352,8 +352,8 @@ def test_incremental_updates_equal_a_fresh_index(tmp_path: Path) -> None:
     rebuilt = SymbolGraph()
     for path in idx.files():
         rebuilt.set_file(path, idx._records[path].symbols)
-    assert (graph.defined, graph.outline, graph.used) == (
-        rebuilt.defined,
+    assert (graph.nested, graph.outline, graph.used) == (
+        rebuilt.nested,
         rebuilt.outline,
         rebuilt.used,
     )

@@ -61,7 +61,8 @@ def test_replaced_files_stream_like_a_fresh_build(monkeypatch: pytest.MonkeyPatc
             patched.replace(f"/w/m{i}.py", current[i])
         fresh = Candidates(current.values(), ranking, ("helper_3",))
         assert patched.items == fresh.items, step
-        assert all(patched.item(it[5]) == it for it in fresh.items)
+        assert all(patched.item(key) == it
+                   for key, it in zip(fresh.keys_of(fresh.items), fresh.items, strict=True))
         assert patched.item(("/w/m99.py", "", "gone", "function", "0")) is None
         assert patched.views == fresh.views
         for budget in (40, 120):
