@@ -87,6 +87,8 @@ class Candidates:
         self.focus_idents = focus_idents
         self.views: dict[str, FileView] = {}
         self._of: dict[str, list[_Candidate]] = {}  # path -> its items
+        # path -> item_keys(its view), for the files maps have shown (a map's handful)
+        self._keys: dict[str, dict[int, ItemKey]] = {}
         base: list[_Candidate] = []
         for view in files:
             base += self._add(view)
@@ -119,7 +121,7 @@ class Candidates:
             view = self.views.get(path)
             if view is None:
                 continue
-            by_index = {i: key for i, key in item_keys(view).items() if key in want}
+            by_index = {i: key for i, key in self._keys_of_file(path).items() if key in want}
             for item in self._of[path]:
                 found = by_index.get(item[2])
                 if found is not None:
@@ -128,20 +130,19 @@ class Candidates:
 
     def keys_of(self, items: Iterable[_Candidate]) -> list[ItemKey]:
         """The keys of ``items`` (current items), in order."""
-        keys: dict[str, dict[int, ItemKey]] = {}
-        out: list[ItemKey] = []
-        for item in items:
-            path = item[3]
-            of_file = keys.get(path)
-            if of_file is None:
-                of_file = keys[path] = item_keys(self.views[path])
-            out.append(of_file[item[2]])
-        return out
+        return [self._keys_of_file(item[3])[item[2]] for item in items]
+
+    def _keys_of_file(self, path: str) -> dict[int, ItemKey]:
+        keys = self._keys.get(path)
+        if keys is None:
+            keys = self._keys[path] = item_keys(self.views[path])
+        return keys
 
     def replace(self, path: str, view: FileView | None) -> None:
         """``path`` now looks like ``view`` (None: it is gone)."""
         self._of.pop(path, None)
         self.views.pop(path, None)
+        self._keys.pop(path, None)
         self._stale.add(path)
         fresh = [item for item in self._fresh if item[3] != path]
         if view is not None:
