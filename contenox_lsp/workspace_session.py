@@ -180,7 +180,9 @@ class WorkspaceTurn:
             snapshot_tokens=0 if snap is None else snap.key.n_tokens,
             prefill_tokens_per_s=self.measured_rate(),
             budget=self.budget,
-            index={"state": "ready", "files": len(self.index.files())},
+            index={"state": "ready", "files": len(self.index.files()),
+                   "codeSearch": {"files": self.finder.indexed_files,
+                                  "pending": self.finder.pending}},
         )
 
     def ask(self, turn: TurnRequest, on_piece: Callable[[str], None]) -> AskOutcome:

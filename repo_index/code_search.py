@@ -96,9 +96,15 @@ class CodeFinder:
     index (``sync``), one file at a time.
     """
 
-    def __init__(self, index: RepoIndex, read_text: ReadText) -> None:
+    def __init__(self, index: RepoIndex, read_text: ReadText,
+                 search_sync_files: int | None = None) -> None:
         self.index = index
         self.read_text = read_text
+        # How many files a search brings up to date first (None: all). A host that syncs a
+        # large workspace in slices of its own sets it, so a search during the first sync
+        # does not do the whole backlog: edited files come first, and the rest wait.
+        self.search_sync_files = search_sync_files
+        self.pending = 0  # files the last sync left for later
         self.lexical = LexicalIndex()
         # path -> (digest, chunks, lines), the most recently used last: a bounded cache (the
         # whole workspace's lines would be hundreds of MiB on a large one).
@@ -125,17 +131,36 @@ class CodeFinder:
             self._chunks.popitem(last=False)
         return chunks, lines
 
-    def sync(self) -> int:
-        """Bring the lexical index up to the repo index; returns the files redone."""
+    @property
+    def indexed_files(self) -> int:
+        return self.lexical.file_count()
+
+    def sync(self, limit: int | None = None, *, disk_only: bool = False) -> int:
+        """Bring the lexical index up to the repo index — at most ``limit`` files (None: all):
+        the developer's working set first (files edited since they were indexed, files the
+        index has from an editor buffer), then the rest, each in path order; ``pending`` says
+        how many are left. ``disk_only``: leave out the files the index has from a buffer
+        (``read_text`` is then the disk's: a host's background fill, which does not know the
+        buffers; a search, whose ``read_text`` does, takes them). Returns the files redone."""
         versions = self.index.versions()
         for path in [p for p in self.lexical.paths() if p not in versions]:
             self.lexical.remove_file(path)
             self._chunks.pop(path, None)
-        redone = 0
+        buffers = self.index.buffer_paths()
+        first: list[str] = []
+        rest: list[str] = []
         for path in sorted(versions):
-            digest = versions[path]
-            if self.lexical.version(path) == digest:
+            indexed = self.lexical.version(path)
+            if indexed == versions[path] or (disk_only and path in buffers):
                 continue
+            (first if indexed is not None or path in buffers else rest).append(path)
+        todo = first + rest
+        if limit is not None:
+            todo = todo[: max(limit, 0)]
+        self.pending = len(first) + len(rest) - len(todo)
+        redone = 0
+        for path in todo:
+            digest = versions[path]
             chunks, lines = self._file(path, digest)
             self.lexical.set_file(
                 path,
@@ -277,7 +302,7 @@ class CodeFinder:
         _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
         if not query:
             return []
-        self.sync()
+        self.sync(self.search_sync_files)
         near, mirrors = set(near_files), set(mirror_files)
         scored = []
         for score, (p, def_line) in self.lexical.search(query, RERANK_POOL + len(exclude)):
@@ -304,7 +329,7 @@ class CodeFinder:
         _add_terms(query, code, 1.0)
         if not query:
             return []
-        self.sync()
+        self.sync(self.search_sync_files)
         hits = [(score, p, def_line)
                 for score, (p, def_line) in self.lexical.search(query, RERANK_POOL)
                 if p != skip_path]

@@ -607,6 +607,12 @@ class RepoIndex:
         with self._lock:
             return {p: r.digest for p, r in self._records.items() if r.lang is not None}
 
+    def buffer_paths(self) -> set[str]:
+        """The files whose symbols come from an editor buffer (``update`` with a text), not
+        from the disk."""
+        with self._lock:
+            return {p for p, r in self._records.items() if r.from_buffer}
+
     def version(self, path: PathLike) -> str | None:
         """Content digest of one parsed file (None if not indexed or no grammar)."""
         with self._lock:

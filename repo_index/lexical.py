@@ -137,6 +137,9 @@ class LexicalIndex:
     def paths(self) -> list[str]:
         return list(self._files)
 
+    def file_count(self) -> int:
+        return len(self._files)
+
     def _term_id(self, term: str) -> int:
         found = self._vocab.get(term)
         if found is not None:

@@ -410,8 +410,12 @@ async def test_an_ask_is_answered_while_the_index_builds(
         assert out["metrics"]["decodeTokens"] >= 1 and not start.done()
         release.set()
         await asyncio.wait_for(start, 300)
-        assert rt.index_view() == {"state": "ready", "files": rt.index_view()["files"]}
+        view = rt.index_view()
+        assert view["state"] == "ready" and view["files"] > 0
         later = await rt.assemble(turn, 8)
+        # The code search was filled before the first request after the build (a small
+        # workspace: one slice).
+        assert rt.index_view()["codeSearch"] == {"files": view["files"], "pending": 0}
         assert later.segment(SegmentKind.REPO_MAP) is not None
         assert any(s.label != "cursor context" for s in later.segments
                    if s.kind == SegmentKind.CODE)

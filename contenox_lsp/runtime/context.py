@@ -11,6 +11,13 @@ without the index (``ContextView``: no repo map, no code), so an ask is answered
 what the editor holds — and ``contenox/explainContext`` says the index is building. Edits still
 queue behind the build, in order.
 
+The code-search index (segment J, the completion's similar code) is filled after the build
+in slices of ``SYNC_SLICE_FILES`` files, each one a task of the thread: at 20,000 files the
+first fill takes most of a minute, and the map is ready long before. Asks and edits that
+arrive meanwhile run between two slices; a search then finds what is indexed so far
+(``contenox/explainContext`` ``index.codeSearch.pending`` says how much is not) and first
+brings up to ``SEARCH_SYNC_FILES`` edited or new files up to date itself.
+
 Edits coalesce: while a buffer change waits for the thread, later changes of the same file
 fold into it (the newest text, the incremental edits appended), so a backlog of keystrokes
 costs one re-index of the latest text instead of one per keystroke, and holds one copy of
@@ -50,6 +57,11 @@ MAX_FOLDED_EDITS = 256
 #: leaves the event loop (and the GIL) to the incoming edits during a storm.
 FOLD_QUIET_S = 0.03
 FOLD_MAX_WAIT_S = 0.25
+#: Files per slice of the code-search fill (about half a second on 2 busy cores): what a
+#: request arriving during the fill waits for at most.
+SYNC_SLICE_FILES = 200
+#: Files a search brings up to date itself before searching (edited ones first).
+SEARCH_SYNC_FILES = 32
 
 
 @dataclass
@@ -111,6 +123,8 @@ class ContextService:
         """Buffer changes folded into a waiting one since start (status/diagnostics)."""
         self._waiting: dict[Path, _BufferChange] = {}
         self._waiting_lock = threading.Lock()
+        self._code_sync_queued = False  # a slice of the code-search fill waits for the thread
+        self._closed = False
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -142,11 +156,10 @@ class ContextService:
             index = RepoIndex(self.roots, cache_dir=cache_dir() / "repo-index",
                               on_progress=progress)
             index.build()
-            # Still "building" (asks meanwhile go without the index): what the first map and
-            # the first code search would otherwise make the first ask wait for.
+            # Still "building" (asks meanwhile go without the index): what the first map
+            # would otherwise make the first ask wait for.
             index.warm_map()
-            finder = CodeFinder(index, read_disk_text)
-            finder.sync()
+            finder = CodeFinder(index, read_disk_text, search_sync_files=SEARCH_SYNC_FILES)
         except Exception as exc:
             self.index_state = "error"
             self.index_error = str(exc)
@@ -156,6 +169,37 @@ class ContextService:
         self.finder = finder
         self.index_state = "ready"
         self.index_files = len(index.files())
+        # Queued before anything that arrives after the build: a small workspace's whole
+        # code search is in place before the first request after it.
+        finder.pending = len(index.files())
+        self._arm_code_sync()
+
+    def _arm_code_sync(self) -> None:
+        """Queue the next slice of the code-search fill if files wait for it (context
+        thread)."""
+        finder = self.finder
+        if finder is not None and finder.pending and not self._code_sync_queued \
+                and not self._closed:
+            self._code_sync_queued = True
+            self._post(self._code_sync_slice, finder)
+
+    def _code_sync_slice(self, finder: CodeFinder) -> None:
+        self._code_sync_queued = False
+        if self.finder is not finder:  # a rebuild replaced it
+            return
+        # The disk's texts, and only files the index has from the disk: the thread does not
+        # know the editor's buffers (a search, which does, takes the files it has from them).
+        finder.read_text = read_disk_text
+        finder.sync(SYNC_SLICE_FILES, disk_only=True)
+        self._arm_code_sync()
+
+    def code_search_view(self) -> dict[str, int] | None:
+        """Files in the code-search index and files waiting for it (as of its last sync);
+        None before the index is built."""
+        finder = self.finder
+        if finder is None:
+            return None
+        return {"files": finder.indexed_files, "pending": finder.pending}
 
     def update(self, path: Path, text: str, edits: list[dict[str, Any]] | None,
                encoding: str = "utf-16") -> None:
@@ -218,6 +262,7 @@ class ContextService:
         if index.rescan_needed:
             index.build()
         self.index_files = len(index.files())
+        self._arm_code_sync()
 
     async def set_roots(self, roots: list[Path], progress: ProgressFn | None = None) -> None:
         self.roots = list(roots)
@@ -230,10 +275,17 @@ class ContextService:
             loop = asyncio.get_running_loop()
             early: T = await loop.run_in_executor(self._early, fn, WithoutIndex(self.budget))
             return early
-        result: T = await self._run(fn, self)
+        result: T = await self._run(self._then_arm, fn)
         return result
 
+    def _then_arm(self, fn: Callable[[ContextView], T]) -> T:
+        try:
+            return fn(self)
+        finally:  # a search may have left files for the fill (a checkout changed many)
+            self._arm_code_sync()
+
     def close(self, wait: bool = False) -> None:
+        self._closed = True
         self._early.shutdown(wait=wait, cancel_futures=True)
         self._executor.shutdown(wait=wait, cancel_futures=True)
         if wait and self.index is not None:

@@ -383,9 +383,10 @@ class Runtime:
 
     def index_view(self) -> dict[str, Any]:
         """The repo index's state (``building``: prompts go without repo map and code
-        meanwhile) and how many files it holds."""
+        meanwhile), how many files it holds, and how far the code search is filled."""
         state = "building" if self.context.building else self.context.index_state
-        return {"state": state, "files": self.context.index_files}
+        return {"state": state, "files": self.context.index_files,
+                "codeSearch": self.context.code_search_view()}
 
     async def token_counts(self, texts: list[str | None]) -> list[int | None]:
         """Each text's length in the model's tokens (None: no text, or no model loaded yet),

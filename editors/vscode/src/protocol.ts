@@ -134,7 +134,12 @@ export interface ExplainResult {
   /** The one budget of the context beside the question (`contextTokens`) and what this prompt used. */
   budget?: ContextBudget;
   /** The repo index: `building` → this prompt has no repo map and no code segments yet. */
-  index?: { state: 'building' | 'ready' | 'error' | 'idle' | string; files: number | null };
+  index?: {
+    state: 'building' | 'ready' | 'error' | 'idle' | string;
+    files: number | null;
+    /** The code-search index: files in it, files not yet (`pending` > 0: filling after a build). */
+    codeSearch?: { files: number; pending: number } | null;
+  };
   segments: Segment[];
   dropped?: DroppedSegment[];
 }
