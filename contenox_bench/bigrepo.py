@@ -84,8 +84,9 @@ NOTE = ("Workspaces are real .py files copied from the source folder: whole top-
         "index builds, without repo map and code (contenox/explainContext index.state "
         "'building'); first_answer_s is when an answer can carry the map: cold build + first "
         "map; walk_s when the file list is known. The cold phase also builds the code-search "
-        "index as the server does, so its peak RSS is the server's index side. Wall-clock on "
-        "this machine (see the load average).")
+        "index (one whole sync here; the server fills it after the map is ready, in slices "
+        "between requests: index.codeSearch.pending), so its peak RSS is the server's index "
+        "side. Wall-clock on this machine (see the load average).")
 
 
 def measure(n: int, bc: BigRepoConfig, source: Path, work: Path,

@@ -107,8 +107,8 @@ def cold(args: argparse.Namespace, result: dict[str, Any]) -> None:
     first, result["first_map_s"] = _timed(lambda: idx.repo_map(args.budget))
     result["first_map"] = _map_info(first)
     result["rss_after_first_map_bytes"] = proc_status_bytes("VmRSS")
-    # The server also indexes the code for search (segment J, the completion's similar code)
-    # before it counts the index as built: its time and memory are the server's too.
+    # The server also indexes the code for search (segment J, the completion's similar code),
+    # in slices once the map is ready: its time and memory are the server's too.
     finder = CodeFinder(idx, read_disk_text)
     _, result["code_search_sync_s"] = _timed(finder.sync)
     result["rss_after_code_search_bytes"] = proc_status_bytes("VmRSS")
