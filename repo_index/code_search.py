@@ -21,8 +21,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from repo_index.chunks import Chunk, chunks_of, enclosing
+from repo_index.imports import ImportScope, ModuleFiles, python_imports, scope_of
 from repo_index.index import RepoIndex
 from repo_index.lexical import LexicalIndex, terms
+from repo_index.results import Symbol
 
 #: A name defined in more places than this is too ambiguous to follow.
 MAX_DEFINERS = 6
@@ -109,6 +111,9 @@ class CodeFinder:
         # path -> (digest, chunks, lines), the most recently used last: a bounded cache (the
         # whole workspace's lines would be hundreds of MiB on a large one).
         self._chunks: OrderedDict[str, tuple[str, list[Chunk], list[str]]] = OrderedDict()
+        # path -> (digest, its imports resolved), for the files the graph walk starts from
+        self._scopes: dict[str, tuple[str, ImportScope]] = {}
+        self._modules: ModuleFiles | None = None
 
     # -- files -----------------------------------------------------------------------------
 
@@ -228,8 +233,11 @@ class CodeFinder:
             found[key] = (weight + (old[0] if old else 0.0), chunk, old[2] if old else reason)
 
         def follow(source: str, counts: Counter[str], scale: float, reason: str) -> None:
+            scope = self._import_scope(source)
             for name, count in counts.items():
                 defs = self.index.definitions(name)
+                if len(defs) > 1 and scope is not None:
+                    defs = self._imported_definitions(name, defs, scope)
                 if not defs or len(defs) > MAX_DEFINERS:
                     continue
                 for sym in defs:
@@ -256,6 +264,41 @@ class CodeFinder:
                    f"used by {chunk.qualname}")
         ranked = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
         return [self._snippet(p, c, self._file(p)[1], w, r) for (p, _), (w, c, r) in ranked]
+
+    # -- imports ---------------------------------------------------------------------------
+
+    def _import_scope(self, path: str) -> ImportScope | None:
+        """What ``path``'s imports say (None: not Python, or not indexed)."""
+        if not path.endswith((".py", ".pyi")):
+            return None
+        digest = self.index.version(path)
+        if digest is None:
+            return None
+        cached = self._scopes.get(path)
+        if cached is not None and cached[0] == digest:
+            return cached[1]
+        _, lines = self._file(path, digest)
+        versions = self.index.versions()
+        if self._modules is None or self._modules.paths != versions.keys():
+            self._modules = ModuleFiles(frozenset(versions))
+        scope = scope_of(python_imports("\n".join(lines)), path, self._modules)
+        self._scopes[path] = (digest, scope)
+        while len(self._scopes) > FILES_CACHED:
+            self._scopes.pop(next(iter(self._scopes)))
+        return scope
+
+    def _imported_definitions(self, name: str, defs: list[Symbol],
+                              scope: ImportScope) -> list[Symbol]:
+        """Of a name's several definitions, those its user's imports point at: the module it
+        was imported from (or, one level on, where that module imported it from: a package's
+        ``__init__`` re-exporting it); all of them when the imports say nothing."""
+        homes = set(scope.names.get(name, ()))
+        for module in list(homes):
+            inner = self._import_scope(module)
+            if inner is not None:
+                homes.update(inner.names.get(name, ()))
+        chosen = [d for d in defs if d.path in homes]
+        return chosen or defs
 
     def mirrored_sources(self, path: str) -> list[str]:
         """The source files the test module ``path`` is named after (``tests/test_x.py`` ->
