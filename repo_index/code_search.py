@@ -14,6 +14,7 @@ name (``Foo(...)`` runs ``Foo.__init__``).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import Counter, OrderedDict
@@ -232,12 +233,16 @@ class CodeFinder:
             old = found.get(key)
             found[key] = (weight + (old[0] if old else 0.0), chunk, old[2] if old else reason)
 
+        # The workspace's modules, brought up to date once per walk, at the first file whose
+        # imports are not cached (checking costs a pass over every indexed path).
+        modules = functools.cache(self._module_files)
+
         def follow(source: str, counts: Counter[str], scale: float, reason: str) -> None:
-            scope = self._import_scope(source)
+            scope = self._import_scope(source, modules)
             for name, count in counts.items():
                 defs = self.index.definitions(name)
                 if len(defs) > 1 and scope is not None:
-                    defs = self._imported_definitions(name, defs, scope)
+                    defs = self._imported_definitions(name, defs, scope, modules)
                 if not defs or len(defs) > MAX_DEFINERS:
                     continue
                 for sym in defs:
@@ -267,7 +272,15 @@ class CodeFinder:
 
     # -- imports ---------------------------------------------------------------------------
 
-    def _import_scope(self, path: str) -> ImportScope | None:
+    def _module_files(self) -> ModuleFiles:
+        """The indexed files as modules, rebuilt when the set of files changed."""
+        paths = self.index.versions().keys()
+        if self._modules is None or self._modules.paths != paths:
+            self._modules = ModuleFiles(frozenset(paths))
+        return self._modules
+
+    def _import_scope(self, path: str,
+                      modules: Callable[[], ModuleFiles]) -> ImportScope | None:
         """What ``path``'s imports say (None: not Python, or not indexed)."""
         if not path.endswith((".py", ".pyi")):
             return None
@@ -278,23 +291,20 @@ class CodeFinder:
         if cached is not None and cached[0] == digest:
             return cached[1]
         _, lines = self._file(path, digest)
-        versions = self.index.versions()
-        if self._modules is None or self._modules.paths != versions.keys():
-            self._modules = ModuleFiles(frozenset(versions))
-        scope = scope_of(python_imports("\n".join(lines)), path, self._modules)
+        scope = scope_of(python_imports("\n".join(lines)), path, modules())
         self._scopes[path] = (digest, scope)
         while len(self._scopes) > FILES_CACHED:
             self._scopes.pop(next(iter(self._scopes)))
         return scope
 
-    def _imported_definitions(self, name: str, defs: list[Symbol],
-                              scope: ImportScope) -> list[Symbol]:
+    def _imported_definitions(self, name: str, defs: list[Symbol], scope: ImportScope,
+                              modules: Callable[[], ModuleFiles]) -> list[Symbol]:
         """Of a name's several definitions, those its user's imports point at: the module it
         was imported from (or, one level on, where that module imported it from: a package's
         ``__init__`` re-exporting it); all of them when the imports say nothing."""
         homes = set(scope.names.get(name, ()))
         for module in list(homes):
-            inner = self._import_scope(module)
+            inner = self._import_scope(module, modules)
             if inner is not None:
                 homes.update(inner.names.get(name, ()))
         chosen = [d for d in defs if d.path in homes]
