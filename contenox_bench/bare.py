@@ -16,6 +16,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from engine.llama.model import amx_kernels
+
 _KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
              "bf16": 30}
 _FLASH = {"auto": -1, "off": 0, "on": 1}
@@ -49,6 +51,7 @@ class BareModel:
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = int(profile.get("context.n_gpu_layers"))
+        params.use_extra_bufts = not amx_kernels()  # llama.cpp's default, but AMX crashes
         self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")

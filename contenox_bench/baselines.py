@@ -15,14 +15,16 @@ backend's prefix reuse fed the editor-plugin order.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from contenox_bench.bare import _FLASH, _KV_TYPES, BareContext, BareModel
 from contenox_bench.corpus import cold_reset
 from contextasm.budget import padding_for
 from contextasm.segments import STABLE_KINDS
+from engine.llama.model import amx_kernels
 
 Tokenize = Callable[[str, bool], list[int]]
 Segments = Sequence[dict[str, Any]]
@@ -191,21 +193,22 @@ def run_llama_high_level(model_path: str, profile: Any, prompts: Sequence[list[i
     from llama_cpp import Llama
 
     cores = os.cpu_count() or 1
-    llm = Llama(
-        model_path=model_path,
-        n_gpu_layers=int(profile.get("context.n_gpu_layers")),
-        n_ctx=profile.n_ctx,
-        n_batch=profile.n_batch,
-        n_ubatch=int(profile.get("context.n_ubatch")),
-        n_threads=int(profile.get("context.n_threads")) or cores,
-        n_threads_batch=int(profile.get("context.n_threads_batch")) or cores,
-        flash_attn=_FLASH[str(profile.get("context.flash_attn"))] == 1,
-        swa_full=bool(profile.get("context.swa_full")),
-        type_k=_KV_TYPES[str(profile.get("context.type_k"))],
-        type_v=_KV_TYPES[str(profile.get("context.type_v"))],
-        seed=int(profile.get("context.seed")),
-        verbose=False,
-    )
+    with _without_amx():
+        llm = Llama(
+            model_path=model_path,
+            n_gpu_layers=int(profile.get("context.n_gpu_layers")),
+            n_ctx=profile.n_ctx,
+            n_batch=profile.n_batch,
+            n_ubatch=int(profile.get("context.n_ubatch")),
+            n_threads=int(profile.get("context.n_threads")) or cores,
+            n_threads_batch=int(profile.get("context.n_threads_batch")) or cores,
+            flash_attn=_FLASH[str(profile.get("context.flash_attn"))] == 1,
+            swa_full=bool(profile.get("context.swa_full")),
+            type_k=_KV_TYPES[str(profile.get("context.type_k"))],
+            type_v=_KV_TYPES[str(profile.get("context.type_v"))],
+            seed=int(profile.get("context.seed")),
+            verbose=False,
+        )
     rows = []
     try:
         for i, tokens in enumerate(prompts):
@@ -231,3 +234,28 @@ def run_llama_high_level(model_path: str, profile: Any, prompts: Sequence[list[i
     finally:
         llm.close()
     return rows
+
+
+@contextlib.contextmanager
+def _without_amx() -> Iterator[None]:
+    """On a llama.cpp build with AMX kernels (``amx_kernels``), ``Llama`` loads its weights
+    without repacking (its default repacks into the AMX buffer type, whose matmul crashes):
+    it has no switch for it, so the default model parameters it starts from are wrapped for
+    the load."""
+    import llama_cpp.llama_cpp as raw
+
+    if not amx_kernels():
+        yield
+        return
+    default = raw.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    raw.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        raw.llama_model_default_params = default

@@ -59,6 +59,24 @@ def cpu_key() -> str:
     return hashlib.sha256(facts.encode()).hexdigest()[:12]
 
 
+def cpu_has_amx() -> bool:
+    """Whether the CPU has Intel AMX (``amx_int8``): a native build then has llama.cpp's AMX
+    kernels, which crashed llama-server (SIGSEGV in ``ggml_backend_amx_mul_mat``) on the first
+    batch of Gemma 3 270M with repacked weights; ``start`` turns repacking off there."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " amx_int8" in line for line in info.splitlines())
+
+
+def repacks() -> bool:
+    """Whether ``start`` leaves llama-server's weight repacking on (its default): everywhere
+    but on AMX CPUs (``cpu_has_amx``). The in-process engine computes as the server does with
+    ``context.repack_weights`` set to this."""
+    return not cpu_has_amx()
+
+
 def cache_dir() -> Path:
     root = Path(platformdirs.user_cache_dir("contenox-lsp"))
     return root / "llama-server" / f"{llama_cpp_version()}-native-{cpu_key()}"
@@ -154,8 +172,8 @@ def start(model: Path, *, log_path: Path, port: int | None = None, n_ctx: int = 
     engine runs Gemma 3), flash attention off (the engine's default), micro-batches of
     ``ubatch`` (a profile's ``remote.reuse_chunk`` equal to it gives warm == cold), batches of
     256 (a cancelled prefill ends within one) — or, with ``ubatch=None``, llama-server's own
-    batch defaults (``-b 2048 -ub 512``) — and ``-c`` = ``n_ctx`` × ``slots`` (llama-server
-    splits it)."""
+    batch defaults (``-b 2048 -ub 512``) — ``-c`` = ``n_ctx`` × ``slots`` (llama-server
+    splits it), and ``--no-repack`` on AMX CPUs (``repacks``)."""
     port = port or free_port()
     cmd = [
         str(binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
@@ -163,7 +181,8 @@ def start(model: Path, *, log_path: Path, port: int | None = None, n_ctx: int = 
         "--flash-attn", "off",  # as the engine's default: the tiled kernel switches by batch size
         *(() if ubatch is None else
           ("-ub", str(ubatch), "-b", str(max(ubatch, 256) // ubatch * ubatch))),
-        "-t", str(threads or os.cpu_count() or 2), *extra,
+        "-t", str(threads or os.cpu_count() or 2),
+        *(() if repacks() else ("--no-repack",)), *extra,
     ]
     log_file = log_path.open("wb")
     process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)

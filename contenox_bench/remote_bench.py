@@ -83,7 +83,7 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "status": "ok",
         "server": {"url": server.url, "build": remote.server_facts.get("build_info"),
                    "build_options": list(llama_server.CMAKE_OPTIONS),
-                   "threads": threads or "all cores"},
+                   "threads": threads or "all cores", "repack": llama_server.repacks()},
         "rows": rows,
         "remote_overhead_ms": summary(overhead, "ms"),
         "edit_trace": edit_trace,
@@ -91,7 +91,10 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "note": "engine_over_server is the in-process engine's median tokens/s ÷ llama-server's "
                 "own (above 1: the engine is faster). Same llama.cpp commit, built the same way "
                 "(native), same threads, flash attention off; llama-server runs with its own "
-                "batch defaults (-b 2048 -ub 512, repacked weights), the engine with its "
+                "batch defaults (-b 2048 -ub 512, "
+                + ("repacked weights" if llama_server.repacks() else
+                   "--no-repack: llama.cpp's AMX kernels crash on this CPU") +
+                "), the engine with its "
                 "profile (exact reuse: "
                 f"{(session.exact_reuse or {}).get('description', 'n/a')}, micro-batches of "
                 f"{profile.get('context.n_ubatch')}); each repetition alternates the order of "

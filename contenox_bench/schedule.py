@@ -29,6 +29,7 @@ from contenox_bench.corpus import read_stdlib
 from contenox_bench.progress import Progress
 from contenox_bench.stats import median, ratio, summary
 from engine import open_session
+from engine.llama.model import AMX_REFUSAL, amx_kernels
 from engine.profile import Profile
 
 SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -41,6 +42,15 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 TEXT_FILES = ("json/decoder.py", "textwrap.py", "shlex.py", "argparse.py")
 DECODE_TOKENS = 16
+
+
+def runnable(overrides: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A setting as this llama.cpp build can run it, and why it differs: repacked weights are
+    refused where the build has AMX kernels (they crash), so such a setting runs without."""
+    if overrides.get("context.repack_weights") and amx_kernels():
+        return ({**overrides, "context.repack_weights": False},
+                f"run with weights not repacked: {AMX_REFUSAL}")
+    return overrides, None
 
 
 def sizes(cfg: BenchConfig) -> tuple[int, int, int]:
@@ -61,7 +71,8 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
     try:
         for key, _, overrides in SETTINGS:
             sessions[key] = open_session(profile.with_overrides(
-                {**overrides, "context.n_ctx": n_ctx}, source=f"bench schedule {key}"))
+                {**runnable(overrides)[0], "context.n_ctx": n_ctx},
+                source=f"bench schedule {key}"))
         progress.step("schedule: sessions loaded")
         text = "".join(t for _, t in read_stdlib(TEXT_FILES))
         tokens = sessions["invariant"].tokenize(text, add_bos=True)
@@ -77,8 +88,9 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
         rows = []
         for key, label, overrides in SETTINGS:
             s = sessions[key]
+            ran, note = runnable(overrides)
             rows.append({
-                "key": key, "label": label, "overrides": overrides,
+                "key": key, "label": label, "overrides": ran, "note": note,
                 "exact_reuse": s.exact_reuse,
                 "cold_tok_s": summary(samples[key]["cold"], "tokens/s"),
                 "suffix_ms": summary(samples[key]["suffix"], "ms"),
@@ -131,7 +143,8 @@ def markdown(sec: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|"]
     for r in sec["rows"]:
         desc = (r.get("exact_reuse") or {}).get("description", "—")
-        out.append(f"| {r['label']} | {desc} | {_fmt(median(r['cold_tok_s']))} | "
+        label = r["label"] + (" (*)" if r.get("note") else "")
+        out.append(f"| {label} | {desc} | {_fmt(median(r['cold_tok_s']))} | "
                    f"{_fmt(median(r['suffix_ms']), 0)} | {_fmt(median(r['decode_tok_s']))} |")
     q = sec["ratios"]
     out += ["", "Invariant vs round 1's inexact engine: cold "
@@ -139,6 +152,8 @@ def markdown(sec: dict[str, Any]) -> list[str]:
             f"decode {_fmt(q['decode_invariant_over_inexact'], 2)}×; vs round 2's landed "
             f"schedule: cold {_fmt(q['cold_invariant_over_landed'], 2)}×, suffix at depth "
             f"{_fmt(q['suffix_speedup_over_landed'], 2)}× faster.", ""]
+    notes = sorted({r["note"] for r in sec["rows"] if r.get("note")})
+    out += [f"(*) {n}" for n in notes] + ([""] if notes else [])
     return out
 
 

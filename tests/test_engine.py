@@ -36,9 +36,11 @@ from engine import (
     Session,
     SnapshotCorruptError,
     SnapshotIncompatibleError,
+    UnsupportedCapabilityError,
     load_profile,
     open_session,
 )
+from engine.llama import model as llama_model
 from engine.llama.session import TAIL_PIECE, reusable_tokens
 from engine.results import RATE_MIN_TOKENS, PrefillResult, SessionMetrics
 from engine.snapshot_file import read_snapshot, write_snapshot
@@ -435,6 +437,30 @@ def test_missing_model_is_model_not_found(tmp_path: Path) -> None:
         open_session(prof)
     assert err.value.code == "model_not_found"
     assert "nope.gguf" in str(err.value)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_repacked_weights_are_refused_where_llama_cpp_has_amx_kernels(
+        amx: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a build with AMX kernels repacked weights go to the AMX buffer type, whose matmul
+    crashed the process at the first batch of more than one token (Intel Xeon with AMX):
+    refused before the load with a structured error. Which builds have them is set here, as
+    most machines have no AMX; without them the same profile loads and decodes."""
+    monkeypatch.setattr(llama_model, "amx_kernels", lambda: amx)
+    prof = load_profile(None).with_overrides(
+        {"context.repack_weights": True, "context.n_ctx": 512, "context.n_seq_max": 1,
+         "cache.exact_schedule": "chunked"}, source="test")
+    if amx:
+        with pytest.raises(UnsupportedCapabilityError) as err:
+            open_session(prof)
+        assert err.value.code == "unsupported_capability"
+        assert err.value.data["capability"] == "repack_weights"
+        assert "context.repack_weights = false" in err.value.message
+        return
+    if llama_model.system_info().count("AMX_INT8 = 1"):
+        pytest.skip("this build has AMX kernels: repacking would crash the process here")
+    with open_session(prof) as sess:
+        assert sess.prefill(sess.tokenize("def f(x):\n    return x\n", add_bos=True)).new_tokens
 
 
 @pytest.fixture(scope="module")

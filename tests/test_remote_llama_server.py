@@ -91,9 +91,10 @@ def remote(server: llama_server.RunningServer) -> Iterator[LlamaServerSession]:
 @pytest.fixture(scope="module")
 def server_kernels() -> Iterator[Any]:
     """The in-process engine computing as the test server does: repacked weights (llama.cpp's
-    default) in micro-batches of CHUNK from position 0 (the chunked schedule)."""
+    default; not on AMX CPUs, where the server runs without) in micro-batches of CHUNK from
+    position 0 (the chunked schedule)."""
     prof = load_profile(None).with_overrides(
-        {"context.n_ctx": N_CTX, "context.repack_weights": True,
+        {"context.n_ctx": N_CTX, "context.repack_weights": llama_server.repacks(),
          "cache.exact_schedule": "chunked", "cache.exact_chunk": CHUNK}, source="test")
     with open_session(prof) as session:
         yield session

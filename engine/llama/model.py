@@ -15,7 +15,7 @@ from typing import Any
 
 import llama_cpp
 
-from engine.errors import ModelLoadError, ProfileMismatchError
+from engine.errors import ModelLoadError, ProfileMismatchError, UnsupportedCapabilityError
 from engine.fim import FimTokens
 from engine.llama import logbridge
 from engine.model_files import cached_file_facts, resolve_model_path, sha256_file
@@ -50,9 +50,28 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
+def system_info() -> str:
+    """The llama.cpp build's system info: the CPU features its kernels were compiled for."""
+    return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip())
+
+
+def amx_kernels() -> bool:
+    """Whether this llama.cpp build has Intel AMX kernels. With them, repacked weights
+    (``use_extra_bufts``) go to the AMX buffer type first, and its matmul crashed the process
+    (SIGSEGV in ``ggml_backend_amx_mul_mat``) on every batch of more than one token of Gemma
+    3 270M on an Intel Xeon with AMX (llama-cpp-python 0.3.36): repacking is never turned on
+    there (``AMX_REFUSAL``)."""
+    return "AMX_INT8 = 1" in system_info()
+
+
+AMX_REFUSAL = ("repacked weights would run on llama.cpp's AMX kernels on this CPU, which "
+               "crashed the process in this build (SIGSEGV in ggml_backend_amx_mul_mat); "
+               "set context.repack_weights = false (the default)")
+
+
 def backend_version() -> str:
     """llama-cpp-python version plus the llama.cpp build's system info (features compiled in)."""
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+    info = system_info()
     digest = hashlib.sha256(info.encode()).hexdigest()[:12]
     return f"llama-cpp-python {llama_cpp.__version__}; llama.cpp {digest}"
 
@@ -182,7 +201,12 @@ def load_model(profile: Profile) -> LoadedModel:
     path = resolve_model_path(profile)
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = int(profile.get("context.n_gpu_layers"))
-    params.use_extra_bufts = bool(profile.get("context.repack_weights"))
+    repack = bool(profile.get("context.repack_weights"))
+    if repack and amx_kernels():
+        # Refused before the load: the crash would take the whole process (the server) down.
+        raise UnsupportedCapabilityError(AMX_REFUSAL, capability="repack_weights",
+                                         setting="context.repack_weights")
+    params.use_extra_bufts = repack
     split = profile.get("context.tensor_split")
     if split:
         arr = (ctypes.c_float * len(split))(*split)
