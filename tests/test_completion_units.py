@@ -456,6 +456,42 @@ def test_the_code_for_a_place_is_the_definitions_it_uses_and_similar_code(
     assert retrieve(finder, place) == code
 
 
+def test_a_long_similar_function_shows_the_stretch_like_the_cursors_code(tmp_path: Path) -> None:
+    """Real index: the similar chunk is a 60-line function whose lines like the cursor's come
+    after its first 24; the prompt shows that stretch and the line after it (the one to
+    type), not the function's head. A short chunk shows whole."""
+    from contenox_lsp.completion.retrieval import SIMILAR_LINES, place_of, retrieve
+    from repo_index import RepoIndex
+    from repo_index.code_search import CodeFinder
+
+    filler = "".join(f"    step_{i} = prepare_{i}(options)\n" for i in range(36))
+    other = ("def build_report(options):\n" + filler +
+             "    rows = fetch_rows(options.source)\n"
+             "    totals = summarize_rows(rows, options.columns)\n"
+             "    chart = render_chart(totals, options.style)\n"
+             "    return publish_report(chart, options.target)\n")
+    cursor_file = ("def weekly(options):\n"
+                   "    rows = fetch_rows(options.source)\n"
+                   "    totals = summarize_rows(rows, options.columns)\n"
+                   "    chart = render_chart(totals, options.style)\n"
+                   "    return ")
+    (tmp_path / "report.py").write_text(other, "utf-8")
+    (tmp_path / "short.py").write_text("def tiny(options):\n    return fetch_rows(options)\n",
+                                       "utf-8")
+    (tmp_path / "weekly.py").write_text(cursor_file, "utf-8")
+    index = RepoIndex([tmp_path], use_cache=False)
+    index.build()
+    finder = CodeFinder(index, lambda p: Path(p).read_text("utf-8"))
+    path = str(tmp_path / "weekly.py")
+    place = place_of(path, 4, cursor_window(cursor_file, 4, 11).before)
+    shown = dict(retrieve(finder, place))
+    report = shown["report.py"]
+    assert "    return publish_report(chart, options.target)\n" in report
+    assert "def build_report(options):" not in report and len(report.splitlines()) == \
+        SIMILAR_LINES
+    assert shown["short.py"] == "def tiny(options):\n    return fetch_rows(options)\n"
+
+
 def test_the_code_for_a_place_is_chosen_again_when_the_place_or_the_workspace_changes() -> None:
     """A place's code is kept while the user stays on the line (no new retrieval per
     keystroke) and chosen again on another line or after the workspace changed (the idle

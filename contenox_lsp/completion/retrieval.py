@@ -8,7 +8,9 @@ context whatever was opened before):
   typed calls;
 - **similar code**: the chunks of other files whose words most resemble the lines above the
   cursor (BM25, as CrossCodeEval's retrieval baseline and llama.vscode's ring do): how the
-  rest of the repository writes the same thing, often the very line to type.
+  rest of the repository writes the same thing, often the very line to type. A chunk longer
+  than what is shown shows the stretch that resembles those lines most and what follows it
+  (RepoCoder's window and continuation), not only its head.
 
 Both are shown as code (each under its path), never as a repo map: measured on real
 repositories, map text made completions worse than the window alone (issue 32). The query
@@ -18,22 +20,23 @@ typed and a keystroke prefills only what it typed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from repo_index.code_search import CodeFinder, Snippet
+from repo_index.lexical import terms
 
 #: Lines above the cursor line the similar-code query holds.
 QUERY_LINES = 12
 #: At most this many definitions and similar chunks.
 MAX_DEFINITIONS = 3
-MAX_SIMILAR = 3
+MAX_SIMILAR = 4
 #: Lines shown of one definition (its signature and the start of its docstring: how to call
 #: it; bodies measured worse) and of one similar chunk.
 DEFINITION_LINES = 5
 SIMILAR_LINES = 24
-#: The whole repository part, in characters (about 700 tokens of code).
-BUDGET_CHARS = 2400
+#: The whole repository part, in characters (about 900 tokens of code).
+BUDGET_CHARS = 3200
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,23 @@ def _shown(snippet: Snippet, max_lines: int) -> str:
     return "".join(text + "\n" for _, text in snippet.lines[:max_lines])
 
 
+def _shown_similar(snippet: Snippet, query: frozenset[str], max_lines: int) -> str:
+    """``max_lines`` lines of a similar chunk from where a stretch of ``QUERY_LINES`` lines
+    holds the most distinct ``query`` terms (the first of equals): the code that resembles
+    the cursor's and the lines after it, where the line being typed has its like."""
+    lines = snippet.lines
+    if len(lines) <= max_lines:
+        return _shown(snippet, max_lines)
+    found = [frozenset(terms(text)) & query for _, text in lines]
+    best, start = -1, 0
+    for i in range(len(lines) - QUERY_LINES + 1):
+        got = len(frozenset().union(*found[i:i + QUERY_LINES]))
+        if got > best:
+            best, start = got, i
+    start = min(start, len(lines) - max_lines)
+    return "".join(text + "\n" for _, text in lines[start:start + max_lines])
+
+
 def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
     """``(path, code)`` files for the prompt: the similar code, then the definitions nearest
     the cursor (what the line being typed calls), each kind's best last; the pieces of one
@@ -64,7 +84,10 @@ def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
     seen: set[tuple[str, int]] = set()
     used = 0
 
-    def take(snippets: Sequence[Snippet], limit: int, max_lines: int) -> list[_Piece]:
+    query = frozenset(terms(place.above))
+
+    def take(snippets: Sequence[Snippet], limit: int,
+             show: Callable[[Snippet], str]) -> list[_Piece]:
         nonlocal used
         out: list[_Piece] = []
         for s in snippets:
@@ -72,7 +95,7 @@ def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
                 break
             if s.key in seen or s.path == place.path:
                 continue
-            text = _shown(s, max_lines)
+            text = show(s)
             if used + len(text) > BUDGET_CHARS:
                 continue
             seen.add(s.key)
@@ -81,9 +104,9 @@ def retrieve(finder: CodeFinder, place: Place) -> tuple[tuple[str, str], ...]:
         return out[::-1]
 
     definitions = take(finder.around_cursor(place.path, place.line, limit=MAX_DEFINITIONS * 3),
-                       MAX_DEFINITIONS, DEFINITION_LINES)
+                       MAX_DEFINITIONS, lambda s: _shown(s, DEFINITION_LINES))
     similar = take(finder.similar(place.above, skip_path=place.path, limit=MAX_SIMILAR * 2),
-                   MAX_SIMILAR, SIMILAR_LINES)
+                   MAX_SIMILAR, lambda s: _shown_similar(s, query, SIMILAR_LINES))
     return _by_file([*similar, *definitions])
 
 
