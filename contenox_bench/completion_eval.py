@@ -12,9 +12,12 @@ The window-only baseline builds the server's own completion prompt with no repos
 the baseline's prefill is cold) and post-processes it the same way. The BM25 baseline does the
 same with a repository part of the 4 definition-sized chunks of other files whose words best
 match the 12 lines above the cursor (``CodeFinder.similar`` over an index of the repository
-with the task's file as typed), each under its path's header. Scores, on the first line
-with blanks trimmed: exact match, edit similarity (``rapidfuzz.fuzz.ratio``, CrossCodeEval's),
-identifier match (the answer starts with the imported identifier the line uses).
+with the task's file as typed), the first 24 lines of each under its path's header, in the
+server's room for code (``retrieval.BUDGET_CHARS``: a chunk that would pass it is left out, as
+the server leaves it; a chunk of long lines, a data table, otherwise overflows the context).
+Scores, on the first line with blanks trimmed: exact match, edit similarity
+(``rapidfuzz.fuzz.ratio``, CrossCodeEval's), identifier match (the answer starts with the
+imported identifier the line uses).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from contenox_bench.trace import wait_ready
 from contenox_lsp.completion.decode import decode_completion
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import RepoContext, build_prompt, choose_mode, file_header, heal
-from contenox_lsp.completion.retrieval import place_of
+from contenox_lsp.completion.retrieval import BUDGET_CHARS, place_of
 from contenox_lsp.completion.window import cursor_window
 from contenox_lsp.turn import read_disk_text
 
@@ -104,8 +107,13 @@ def bm25_context(finder: Any, root: Path, task: CompletionTask, before: str) -> 
     """The BM25 baseline's repository part at ``task`` (``before``: the window's text)."""
     path = str(root / task.path)
     place = place_of(path, task.line, before)
-    code = [(s.display, "".join(t + "\n" for _, t in s.lines[:BM25_LINES]))
-            for s in finder.similar(place.above, skip_path=path, limit=BM25_CHUNKS)]
+    code: list[tuple[str, str]] = []
+    used = 0
+    for s in finder.similar(place.above, skip_path=path, limit=BM25_CHUNKS * 2):
+        text = "".join(t + "\n" for _, t in s.lines[:BM25_LINES])
+        if len(code) < BM25_CHUNKS and used + len(text) <= BUDGET_CHARS:
+            code.append((s.display, text))
+            used += len(text)
     code.reverse()  # the best nearest the window
     return RepoContext("".join(file_header(p) + c for p, c in code), tuple(code))
 
