@@ -267,8 +267,12 @@ def test_a_completion_is_parked_only_when_another_job_takes_the_live_sequence(
     s = llama_session
     chat = s.tokenize("Explain this module.\n" + SOURCE[:3000], add_bos=True)
 
+    # The profile the service reads its time budget from, without one worth the name: this
+    # checks what a completion leaves resident, and a busy machine must not cut its decode.
+    patient = s.profile.with_overrides({"completion.timeout_ms": 60_000}, source="test")
+
     async def session() -> Any:
-        return s
+        return SimpleNamespace(profile=patient, fim_tokens=s.fim_tokens)
 
     async def run_user_job(fn: Any, label: str) -> Any:
         return fn(s, Job(fn=fn, priority=Priority.USER, label=label))
