@@ -47,13 +47,17 @@ def llama_cpp_version() -> str:
     return importlib.metadata.version("llama_cpp_python")
 
 
+def _cpuinfo() -> str:
+    """``/proc/cpuinfo`` ("" where there is none)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def cpu_key() -> str:
     """A digest of the CPU's model name and feature flags (what -march=native compiles for)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        info = ""
-    picked = [line for line in info.splitlines()
+    picked = [line for line in _cpuinfo().splitlines()
               if line.startswith(("flags", "model name", "Features", "CPU part"))]
     facts = "\n".join(sorted(set(picked)))
     return hashlib.sha256(facts.encode()).hexdigest()[:12]
@@ -63,11 +67,8 @@ def cpu_has_amx() -> bool:
     """Whether the CPU has Intel AMX (``amx_int8``): a native build then has llama.cpp's AMX
     kernels, which crashed llama-server (SIGSEGV in ``ggml_backend_amx_mul_mat``) on the first
     batch of Gemma 3 270M with repacked weights; ``start`` turns repacking off there."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(line.startswith("flags") and " amx_int8" in line for line in info.splitlines())
+    return any(line.startswith("flags") and " amx_int8" in line
+               for line in _cpuinfo().splitlines())
 
 
 def repacks() -> bool:

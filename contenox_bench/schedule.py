@@ -68,11 +68,11 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
     cold_n, depth, suffix_n = sizes(cfg)
     n_ctx = max(profile.n_ctx, depth + suffix_n + DECODE_TOKENS + 64)
     sessions: dict[str, Any] = {}
+    ran = {key: runnable(overrides) for key, _, overrides in SETTINGS}
     try:
-        for key, _, overrides in SETTINGS:
+        for key, _, _ in SETTINGS:
             sessions[key] = open_session(profile.with_overrides(
-                {**runnable(overrides)[0], "context.n_ctx": n_ctx},
-                source=f"bench schedule {key}"))
+                {**ran[key][0], "context.n_ctx": n_ctx}, source=f"bench schedule {key}"))
         progress.step("schedule: sessions loaded")
         text = "".join(t for _, t in read_stdlib(TEXT_FILES))
         tokens = sessions["invariant"].tokenize(text, add_bos=True)
@@ -86,11 +86,11 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
                 _measure(sessions[key], tokens, cold_n, depth, suffix_n, samples[key])
                 progress.step(f"schedule: {key}")
         rows = []
-        for key, label, overrides in SETTINGS:
+        for key, label, _ in SETTINGS:
             s = sessions[key]
-            ran, note = runnable(overrides)
+            overrides, note = ran[key]
             rows.append({
-                "key": key, "label": label, "overrides": ran, "note": note,
+                "key": key, "label": label, "overrides": overrides, "note": note,
                 "exact_reuse": s.exact_reuse,
                 "cold_tok_s": summary(samples[key]["cold"], "tokens/s"),
                 "suffix_ms": summary(samples[key]["suffix"], "ms"),
