@@ -35,6 +35,7 @@ from contenox_bench.completion_tasks import CompletionTask
 from contenox_bench.ctxeval_metrics import bootstrap, mean
 from contenox_bench.lspclient import EditorClient, first_item_text
 from contenox_bench.trace import wait_ready
+from contenox_lsp.completion import retrieval
 from contenox_lsp.completion.decode import decode_completion
 from contenox_lsp.completion.postprocess import finish
 from contenox_lsp.completion.prompt import RepoContext, build_prompt, choose_mode, file_header, heal
@@ -45,6 +46,8 @@ from contenox_lsp.turn import read_disk_text
 SYSTEMS = ("server", "window", "bm25")
 #: Similar chunks the BM25 baseline shows, and the lines shown of each.
 BM25_CHUNKS = 4
+#: What ``contenox/status`` says of the last completion's prompt, kept per task.
+PROMPT_FACTS = ("lastContextFiles", "lastNewTokens", "lastDecodeTokens")
 BM25_LINES = 24
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -70,11 +73,12 @@ def score(answer: str | None, task: CompletionTask) -> dict[str, Any]:
 
 
 async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[str, Any],
-                         err: IO[str]) -> list[str | None]:
-    """The server's first completion at each task's cursor."""
+                         err: IO[str]) -> list[tuple[str | None, dict[str, Any]]]:
+    """The server's first completion at each task's cursor, with what its status said of
+    that completion's prompt (the code it carried, the tokens it prefilled and decoded)."""
     client = EditorClient(err)
     await client.start(root, options, inline_completion=True)
-    answers: list[str | None] = []
+    answers: list[tuple[str | None, dict[str, Any]]] = []
     opened: dict[Path, str] = {}
     try:
         await wait_ready(client, False, 900.0)
@@ -89,14 +93,15 @@ async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[
             client.did_replace(path, (task.line, task.character), (task.line, end), "")
             # The developer paused: the idle time has warmed the prompt at the cursor (else the
             # first completion in a new place spends its time budget on the prefill).
-            await wait_ready(client, True, 300.0)
+            await wait_ready(client, True, 300.0, idle_done=True)
             out = await client.request(types.TEXT_DOCUMENT_INLINE_COMPLETION,
                                        types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=path.as_uri()),
                 position=types.Position(line=task.line, character=task.character),
                 context=types.InlineCompletionContext(
                     trigger_kind=types.InlineCompletionTriggerKind.Invoked)), 600)
-            answers.append(first_item_text(out))
+            status = (await client.request("contenox/status", None))["completion"]
+            answers.append((first_item_text(out), {k: status.get(k) for k in PROMPT_FACTS}))
             client.did_change(path, task.line, task.character, tail)  # the line as it was
     finally:
         await client.close()
@@ -119,10 +124,11 @@ def bm25_context(finder: Any, root: Path, task: CompletionTask, before: str) -> 
 
 
 def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
-                     with_bm25: bool) -> list[str | None]:
+                     with_bm25: bool) -> tuple[list[str | None], list[list[str]]]:
     """A baseline's completion at each task's cursor: the server's prompt with no repository
     part (``with_bm25`` False) or with the BM25 one, decoded and post-processed as the server
-    does."""
+    does. With BM25, also the files the server's own retrieval chooses for each task's place
+    (``retrieval.retrieve`` on the same index): what the server's prompt should carry there."""
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder, texts_reader
 
@@ -134,6 +140,7 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
         index.build()
         finder = CodeFinder(index, read_disk_text)
     answers: list[str | None] = []
+    chosen: list[list[str]] = []
     for task in tasks:
         original = (root / task.path).read_text(encoding="utf-8")
         text = typed_text(original, task)
@@ -144,6 +151,8 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
             index.update(path, text)  # the index sees the file as typed, as the server's does
             finder.read_text = texts_reader({path: text}, read_disk_text)
             context = bm25_context(finder, root, task, win.before)
+            place = place_of(path, task.line, win.before)
+            chosen.append([p for p, _ in retrieval.retrieve(finder, place)])
             index.update(path, original)
         prompt = build_prompt(session, context, task.path, win, mode)
         session.prefill(prompt.tokens)
@@ -153,7 +162,7 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
         lines = text.split("\n")
         previous = lines[task.line - 1] if task.line > 0 else None
         answers.append(finish(heal(raw, prompt.healed), win, previous))
-    return answers
+    return answers, chosen
 
 
 #: The measures, each as the per-task number it averages.
@@ -180,7 +189,15 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             lo, hi = bootstrap(xs)
             diff[m] = {"mean": round(mean(xs), 4), "ci95": [round(lo, 4), round(hi, 4)]}
         out[f"server_minus_{other}"] = diff
+    out["server_context_as_chosen"] = sum(_context_as_chosen(r) for r in rows)
     return out
+
+
+def _context_as_chosen(row: dict[str, Any]) -> bool:
+    """Whether the server's prompt carried the code its retrieval chooses for the task's
+    place (else it kept an earlier place's, or the place was chosen on another text)."""
+    carried = (row["server"].get("prompt") or {}).get("lastContextFiles")
+    return carried is not None and sorted(carried) == sorted(row.get("place_context_files", []))
 
 
 def run(root: Path, tasks: list[CompletionTask], out: Path, options: dict[str, Any],
@@ -190,11 +207,12 @@ def run(root: Path, tasks: list[CompletionTask], out: Path, options: dict[str, A
     t0 = time.perf_counter()
     with open(out / "completion-server.log", "w", encoding="utf-8") as err:
         served = asyncio.run(server_answers(root, tasks, options, err))
-    windowed = baseline_answers(session, root, tasks, with_bm25=False)
-    retrieved = baseline_answers(session, root, tasks, with_bm25=True)
-    rows = [{"task": t.to_dict(), "server": score(s, t), "window": score(w, t),
-             "bm25": score(b, t)}
-            for t, s, w, b in zip(tasks, served, windowed, retrieved, strict=True)]
+    windowed, _ = baseline_answers(session, root, tasks, with_bm25=False)
+    retrieved, chosen = baseline_answers(session, root, tasks, with_bm25=True)
+    rows = [{"task": t.to_dict(), "server": score(s, t) | {"prompt": facts},
+             "window": score(w, t), "bm25": score(b, t), "place_context_files": files}
+            for t, (s, facts), w, b, files
+            in zip(tasks, served, windowed, retrieved, chosen, strict=True)]
     doc = {"root": str(root), "summary": summarize(rows), "rows": rows,
            "seconds": round(time.perf_counter() - t0, 1)}
     (out / "completion-eval.json").write_text(json.dumps(doc, indent=1) + "\n", "utf-8")
@@ -203,7 +221,8 @@ def run(root: Path, tasks: list[CompletionTask], out: Path, options: dict[str, A
 
 def format_table(doc: dict[str, Any]) -> str:
     s = doc["summary"]
-    lines = [f"completion eval: {s['tasks']} tasks ({doc['root']})",
+    lines = [f"completion eval: {s['tasks']} tasks ({doc['root']}); the server's prompt "
+             f"carried the code chosen for the place on {s['server_context_as_chosen']}",
              f"  {'prompt':<28} {'exact match':>11} {'edit sim.':>9} {'identifier':>10}"]
     names = {"server": "the server", "window": "window only (same model)",
              "bm25": "window + top-4 BM25 chunks"}

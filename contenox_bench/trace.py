@@ -255,7 +255,11 @@ def _insert(text: str, line: int, col: int, piece: str) -> str:
     return "\n".join(lines)
 
 
-async def wait_ready(client: EditorClient, warm: bool, timeout: float) -> None:
+async def wait_ready(client: EditorClient, warm: bool, timeout: float,
+                     idle_done: bool = False) -> None:
+    """Until the server has its model and index and the context is assembled; ``warm``: and
+    the idle prompt is in KV; ``idle_done``: and the idle time's work is not held back for
+    inline completions either (the warm-ups for the cursor's place have run)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = await client.request("contenox/status", None)
@@ -264,7 +268,8 @@ async def wait_ready(client: EditorClient, warm: bool, timeout: float) -> None:
         loaded = st.get("model") is not None and st["index"]["state"] in ("ready", "error")
         settled = loaded and not st.get("contextStale")
         if settled and (not warm or (st["state"] == "warm"
-                                     and st.get("pendingPrefillTokens") == 0)):
+                                     and st.get("pendingPrefillTokens") == 0)) \
+                and not (idle_done and st.get("idleHeld")):
             return
         await asyncio.sleep(0.25)
     raise TimeoutError(f"the server was not ready after {timeout:.0f} s")

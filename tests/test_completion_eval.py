@@ -100,6 +100,12 @@ def test_eval_completion_runs_the_server_and_both_baselines(tmp_path: Path) -> N
         assert 0 <= m["identifier_match"] <= 1
     planned = json.loads((out / "completion-tasks.json").read_text(encoding="utf-8"))
     assert [r["task"] for r in doc["rows"]] == planned["tasks"]
+    for row in doc["rows"]:  # what the server's prompt carried, next to what its place chose
+        assert isinstance(row["server"]["prompt"]["lastContextFiles"], list)
+        assert row["server"]["prompt"]["lastDecodeTokens"] >= 0
+        assert isinstance(row["place_context_files"], list)
+    # The same place gives the same prompt whatever the eval asked before it.
+    assert doc["summary"]["server_context_as_chosen"] == 2
     assert "window only" in proc.stdout and "BM25" in proc.stdout and "exact match" in proc.stdout
     for other in ("window", "bm25"):
         diff = doc["summary"][f"server_minus_{other}"]["exact_match"]

@@ -349,3 +349,43 @@ async def test_the_prompt_carries_the_definitions_the_cursor_uses(workspace: Pat
     finally:
         await stop_client(c)
         (workspace / "helpers.py").unlink()
+
+
+TOKENS = ('"""Tokenizing."""\n\n\n'
+          "def split_tokens(text):\n"
+          '    """The words of ``text``."""\n    return text.split()\n')
+PARSER = ("from tokens import split_tokens\n\n\n"
+          "def parse(text):\n"
+          "    parts = split_tokens(text)\n"
+          "    return ")
+
+
+async def test_a_completion_elsewhere_gets_its_places_code_not_the_last_ones(
+        workspace: Path) -> None:
+    """The repository part follows the cursor: a completion in another file right after one
+    in loader.py carries the code chosen for its own place (the definition its line uses),
+    not loader.py's. Keeping the last prompt's code while completions follow one another is
+    for the lines typed near it only."""
+    (workspace / "helpers.py").write_text(HELPERS, "utf-8")
+    (workspace / "tokens.py").write_text(TOKENS, "utf-8")
+    c = await start_client(workspace, "neovim", inline_completion=True)
+    try:
+        first = open_doc(c, workspace / "loader.py", LOADER)
+        lines = LOADER.split("\n")
+        point = {"line": len(lines) - 1, "character": len(lines[-1])}
+        await warm_completion_at(c, first, point)
+        await raw_request(c, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": first}, "position": point, "context": {"triggerKind": 1}},
+            timeout=300)
+        assert "helpers.py" in (await completion_status(c))["lastContextFiles"]
+        # At once (within the few seconds the last prompt's code is kept), another file:
+        second = open_doc(c, workspace / "parser.py", PARSER)
+        lines = PARSER.split("\n")
+        await raw_request(c, "textDocument/inlineCompletion", {
+            "textDocument": {"uri": second},
+            "position": {"line": len(lines) - 1, "character": len(lines[-1])},
+            "context": {"triggerKind": 1}}, timeout=300)
+        files = (await completion_status(c))["lastContextFiles"]
+        assert "tokens.py" in files and "helpers.py" not in files, files
+    finally:
+        await stop_client(c)

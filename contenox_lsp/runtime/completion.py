@@ -56,6 +56,11 @@ logger = logging.getLogger(__name__)
 #: stays as it was for up to this long after the last one: the code chosen for the cursor
 #: changes as lines are typed, and every change would re-prefill the whole prompt.
 STICKY_CONTEXT_S = 3.0
+#: ... and only near where it was last used: a request in the same file at most this many
+#: lines from the last one (the lines the user typed since). Anywhere else the place's own
+#: context is used, so a place gets the same prompt whatever was completed before it (an
+#: earlier file's context kept by the clock alone made 8 of 30 eval completions differ).
+STICKY_LINES = 8
 
 JOB_LABEL = "completion"
 COMPLETION_BRANCH = "completion"
@@ -140,6 +145,7 @@ class CompletionService:
         self.last: Shown | None = None
         self.stats = CompletionStats()
         self._context: RepoContext | None = None  # the last prompt's (sticky while typing)
+        self._context_at: tuple[str, int] | None = None  # (file, line) it was last used at
         self._prepared: tuple[Place, RepoContext] | None = None  # the last place's context
         self._last_run = Mark()  # a request's or a speculation's (the sticky context's clock)
         self.wanted = False
@@ -168,10 +174,16 @@ class CompletionService:
         """The last prompt's repository part while the user types (a new line does not
         re-prefill the prompt), else the one for this place."""
         now = time.monotonic()
-        if self._context is None or not self._last_run.within(STICKY_CONTEXT_S, now):
+        if self._context is None or not self._last_run.within(STICKY_CONTEXT_S, now) \
+                or not self._near_context(path, win.line):
             self._context = await self.prepare(path, win)
+        self._context_at = (str(path), win.line)
         self._last_run.set(time.monotonic())
         return self._context
+
+    def _near_context(self, path: Path, line: int) -> bool:
+        at = self._context_at
+        return at is not None and at[0] == str(path) and abs(at[1] - line) <= STICKY_LINES
 
     # -- typed-through ----------------------------------------------------------------------
 
@@ -367,6 +379,7 @@ class CompletionService:
         if key == self._warmed or not chat_target:
             return None
         self._context = context  # the next completion starts from what this prefills
+        self._context_at = (str(path), line)
 
         def job(s: Session, j: Job) -> None:
             prompt = build_prompt(s, context, rel, win, mode)

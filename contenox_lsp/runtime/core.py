@@ -366,6 +366,7 @@ class Runtime:
             "targetTokens": len(idle.target) if idle.target is not None else None,
             "lastInvalidated": idle.last_invalidated,
             "contextStale": idle.stale,
+            "idleHeld": idle.held,
             "lastRequest": self.last_metrics,
             "running": None if busy is None else busy.label,
             "prefillOnIdle": self.options.prefill_on_idle,

@@ -144,6 +144,11 @@ class IdlePrefill:
         by itself afterwards."""
         self._hold.extend_to(seconds, self.kick)
 
+    @property
+    def held(self) -> bool:
+        """The background prefill (and the warm-ups after it) waits out a hold (``hold``)."""
+        return self._hold.pending
+
     def kick(self) -> None:
         """(Re)start the background prefill of the current target if it is not resident."""
         if self._closed or self.target is None or not self.enabled:
