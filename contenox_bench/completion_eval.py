@@ -46,9 +46,9 @@ from contenox_lsp.turn import read_disk_text
 SYSTEMS = ("server", "window", "bm25")
 #: Similar chunks the BM25 baseline shows, and the lines shown of each.
 BM25_CHUNKS = 4
+BM25_LINES = 24
 #: What ``contenox/status`` says of the last completion's prompt, kept per task.
 PROMPT_FACTS = ("lastContextFiles", "lastNewTokens", "lastDecodeTokens")
-BM25_LINES = 24
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
