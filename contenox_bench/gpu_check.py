@@ -15,13 +15,14 @@ defaults) on the same cold prompts, and the batch-invariance probe the engine ru
 micro-batch from some size on? The engine does not run that probe with GPU offload; its
 answer here says whether it could.
 
-    python -m contenox_bench.gpu_check --model FILE.gguf --out DIR [--server BIN]
+    python -m contenox_bench.gpu_check --model FILE.gguf --out DIR [--server BIN] [--only NAMES]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import sysconfig
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 import llama_cpp
 
+from contenox_bench import llama_server
 from engine import load_profile, open_session
 from engine.llama import invariance
 
@@ -41,8 +43,7 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("chunked32", "engine default with GPU offload: chunked schedule, micro-batches of 32", {}),
     ("chunked128", "chunked by 128", {"cache.exact_chunk": 128, "context.n_batch": 512}),
     ("chunked512", "chunked by 512", {"cache.exact_chunk": 512, "context.n_batch": 512}),
-    ("inexact", "exact reuse off, micro-batches of 512 (llama-server's schedule)",
-     {"cache.exact_reuse": False}),
+    ("inexact", "exact reuse off, the profile's micro-batches (128)", {"cache.exact_reuse": False}),
 )
 COLD, DEPTH, SUFFIX, N_GEN = 2048, 2816, 256, 16
 TEXT_FILES = ("argparse.py", "textwrap.py", "json/decoder.py", "shlex.py")
@@ -98,10 +99,6 @@ def _probe(s: Any) -> dict[str, Any]:
 
 
 def _server(binary: str, model: Path, prompts: list[list[int]], log: Path) -> dict[str, Any]:
-    import os
-
-    from contenox_bench import llama_server
-
     os.environ[llama_server.BINARY_ENV] = binary
     rates = []
     with llama_server.running(model, log, ubatch=None, extra=("-ngl", "99")) as server:

@@ -64,6 +64,21 @@ async def completion_status(client: LanguageClient) -> dict[str, Any]:
     return dict(status["completion"])
 
 
+def end_of(text: str) -> dict[str, int]:
+    """The LSP position at the end of ``text``."""
+    lines = text.split("\n")
+    return {"line": len(lines) - 1, "character": len(lines[-1])}
+
+
+async def invoke_completion(client: LanguageClient, uri: str,
+                            point: dict[str, int]) -> dict[str, Any]:
+    """An inline completion the user invoked at ``point``; the completion status after it."""
+    await raw_request(client, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": point, "context": {"triggerKind": 1}},
+        timeout=300)
+    return await completion_status(client)
+
+
 async def warm_completion_at(client: LanguageClient, uri: str,
                              point: dict[str, int]) -> dict[str, Any]:
     """Tell the server where the cursor is (a code action there) and wait until the idle
@@ -327,6 +342,14 @@ LOADER = ("from helpers import merge_defaults\n\n\n"
           "    return ")
 
 
+async def complete_in_loader(client: LanguageClient, workspace: Path) -> dict[str, Any]:
+    """Open loader.py, let the idle time warm its completion prompt at the end, complete
+    there; the completion status after it."""
+    uri = open_doc(client, workspace / "loader.py", LOADER)
+    await warm_completion_at(client, uri, end_of(LOADER))
+    return await invoke_completion(client, uri, end_of(LOADER))
+
+
 async def test_the_prompt_carries_the_definitions_the_cursor_uses(workspace: Path) -> None:
     """The completion prompt's repository part is code: the definition of the function the
     code at the cursor calls (from another file) is in it, prefilled in idle time with the
@@ -334,14 +357,7 @@ async def test_the_prompt_carries_the_definitions_the_cursor_uses(workspace: Pat
     (workspace / "helpers.py").write_text(HELPERS, "utf-8")
     c = await start_client(workspace, "neovim", inline_completion=True)
     try:
-        uri = open_doc(c, workspace / "loader.py", LOADER)
-        lines = LOADER.split("\n")
-        point = {"line": len(lines) - 1, "character": len(lines[-1])}
-        await warm_completion_at(c, uri, point)
-        await raw_request(c, "textDocument/inlineCompletion", {
-            "textDocument": {"uri": uri}, "position": point, "context": {"triggerKind": 1}},
-            timeout=300)
-        status = await completion_status(c)
+        status = await complete_in_loader(c, workspace)
         assert "helpers.py" in status["lastContextFiles"]
         assert "loader.py" not in status["lastContextFiles"]  # the window shows it already
         assert status["lastReusedTokens"] >= status["lastContextTokens"] > 0
@@ -370,22 +386,12 @@ async def test_a_completion_elsewhere_gets_its_places_code_not_the_last_ones(
     (workspace / "tokens.py").write_text(TOKENS, "utf-8")
     c = await start_client(workspace, "neovim", inline_completion=True)
     try:
-        first = open_doc(c, workspace / "loader.py", LOADER)
-        lines = LOADER.split("\n")
-        point = {"line": len(lines) - 1, "character": len(lines[-1])}
-        await warm_completion_at(c, first, point)
-        await raw_request(c, "textDocument/inlineCompletion", {
-            "textDocument": {"uri": first}, "position": point, "context": {"triggerKind": 1}},
-            timeout=300)
-        assert "helpers.py" in (await completion_status(c))["lastContextFiles"]
+        assert "helpers.py" in (await complete_in_loader(c, workspace))["lastContextFiles"]
         # At once (within the few seconds the last prompt's code is kept), another file:
         second = open_doc(c, workspace / "parser.py", PARSER)
-        lines = PARSER.split("\n")
-        await raw_request(c, "textDocument/inlineCompletion", {
-            "textDocument": {"uri": second},
-            "position": {"line": len(lines) - 1, "character": len(lines[-1])},
-            "context": {"triggerKind": 1}}, timeout=300)
-        files = (await completion_status(c))["lastContextFiles"]
+        files = (await invoke_completion(c, second, end_of(PARSER)))["lastContextFiles"]
         assert "tokens.py" in files and "helpers.py" not in files, files
     finally:
         await stop_client(c)
+        for name in ("helpers.py", "tokens.py", "parser.py"):
+            (workspace / name).unlink(missing_ok=True)
