@@ -29,6 +29,20 @@ _lock = threading.Lock()
 _pending: list[str] = []
 _pending_level = logging.DEBUG
 _installed = False
+# Set while a decode stops because the engine asked it to (its abort callback said so): what
+# llama.cpp then logs as errors ("graph_compute: ... failed", "failed to decode, ret = 2") is
+# the cancellation the engine reports itself, so it goes out at DEBUG instead of ERROR.
+_aborting = threading.Event()
+
+
+def note_abort() -> None:
+    """The abort callback is stopping the running decode (see ``_aborting``)."""
+    _aborting.set()
+
+
+def decode_returned() -> None:
+    """The decode call returned: llama.cpp's errors are its own again."""
+    _aborting.clear()
 
 
 @llama_cpp.llama_log_callback
@@ -44,6 +58,8 @@ def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         line = "".join(_pending).rstrip("\n")
         _pending.clear()
         record_level = _pending_level
+    if _aborting.is_set() and record_level > logging.DEBUG:
+        record_level = logging.DEBUG
     if line and log.isEnabledFor(record_level):
         log.log(record_level, "%s", line)
 

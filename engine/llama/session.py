@@ -63,7 +63,7 @@ from engine.errors import (
     NoKvSlotError,
 )
 from engine.fim import FimTokens
-from engine.llama import invariance
+from engine.llama import invariance, logbridge
 from engine.llama.branches import MAIN_SEQ, Branch, fill_batch
 from engine.llama.live import BatchKind, Computed
 from engine.llama.model import (
@@ -573,7 +573,10 @@ class LlamaSession(SnapshotLayer):
 
     def _should_abort(self, _data: Any) -> bool:
         # The restored-window probe runs to its end: it must leave the live sequence as it was.
-        return self._cancel.is_set() and not self._probing
+        if self._cancel.is_set() and not self._probing:
+            logbridge.note_abort()
+            return True
+        return False
 
     # ----------------------------------------------------------------- prefill
 
@@ -731,7 +734,10 @@ class LlamaSession(SnapshotLayer):
         while True:
             fill_batch(self._batch, chunk, pos, MAIN_SEQ,
                        "all" if logits_all else "last" if logits_last else "none")
-            status = int(self._decode_fn(self._ctx, self._batch))
+            try:
+                status = int(self._decode_fn(self._ctx, self._batch))
+            finally:
+                logbridge.decode_returned()
             if status == 0:
                 self._copies_pending = False  # llama.cpp ran them before this batch
                 return
