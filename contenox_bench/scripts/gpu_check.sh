@@ -32,7 +32,8 @@ run)
     export LLAMA_CPP_LIB_PATH="$dir/build/bin" CONTENOX_GPU_MODEL="$model"
     export PYTHONUNBUFFERED=1
     # CUDA graphs off: with them this build (CUDA 13.0, sm_90, H200) stopped with "an illegal
-    # instruction was encountered" at cudaGraphLaunch on micro-batches of 128; without, clean.
+    # instruction was encountered" at cudaGraphLaunch in the settings with micro-batches of
+    # 128; without, every setting ran clean.
     export GGML_CUDA_DISABLE_GRAPHS=1
     # The image's own pytest plugins stay unloaded: with them autoloaded the model load
     # crashed (SIGSEGV in llama_model_load_from_file); the test file needs none of them.
