@@ -108,13 +108,11 @@ async def server_answers(root: Path, tasks: list[CompletionTask], options: dict[
     return answers
 
 
-def bm25_context(finder: Any, root: Path, task: CompletionTask, before: str) -> RepoContext:
-    """The BM25 baseline's repository part at ``task`` (``before``: the window's text)."""
-    path = str(root / task.path)
-    place = place_of(path, task.line, before)
+def bm25_context(finder: Any, place: retrieval.Place) -> RepoContext:
+    """The BM25 baseline's repository part at a task's ``place``."""
     code: list[tuple[str, str]] = []
     used = 0
-    for s in finder.similar(place.above, skip_path=path, limit=BM25_CHUNKS * 2):
+    for s in finder.similar(place.above, skip_path=place.path, limit=BM25_CHUNKS * 2):
         text = "".join(t + "\n" for _, t in s.lines[:BM25_LINES])
         if len(code) < BM25_CHUNKS and used + len(text) <= BUDGET_CHARS:
             code.append((s.display, text))
@@ -150,8 +148,8 @@ def baseline_answers(session: Any, root: Path, tasks: list[CompletionTask],
             path = str(root / task.path)
             index.update(path, text)  # the index sees the file as typed, as the server's does
             finder.read_text = texts_reader({path: text}, read_disk_text)
-            context = bm25_context(finder, root, task, win.before)
             place = place_of(path, task.line, win.before)
+            context = bm25_context(finder, place)
             chosen.append([p for p, _ in retrieval.retrieve(finder, place)])
             index.update(path, original)
         prompt = build_prompt(session, context, task.path, win, mode)
