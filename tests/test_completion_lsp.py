@@ -220,10 +220,8 @@ async def test_accepting_is_counted(client: LanguageClient, workspace: Path) -> 
     shown: dict[str, Any] = {"items": []}
     for n, text in enumerate(ACCEPT_PLACES):
         uri = open_doc(client, workspace / f"accept_{n}.py", text)
-        lines = text.split("\n")
         shown = await raw_request(client, "textDocument/inlineCompletion", {
-            "textDocument": {"uri": uri},
-            "position": {"line": len(lines) - 1, "character": len(lines[-1])},
+            "textDocument": {"uri": uri}, "position": end_of(text),
             "context": {"triggerKind": 1}}, timeout=300)
         if shown["items"]:
             break
