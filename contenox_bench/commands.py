@@ -85,6 +85,36 @@ def eval_next_edit(args: argparse.Namespace, load_profile: ProfileLoader) -> int
     return 0
 
 
+def eval_ranker(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
+    """``contenox-lsp eval ranker`` (no model: the ranking needs the index only)."""
+    import json
+    import tempfile
+
+    from contenox_bench.ctxeval_tasks import load_tasks, repo_of
+    from contenox_bench.ranker_fit import evaluate, format_report, groups_of
+
+    tasks_path = Path(args.tasks)
+    if not tasks_path.is_file():
+        raise InputError(f"no such tasks file: {tasks_path}", tasks=str(tasks_path))
+    if not 0 <= args.l2 <= 1e6:
+        raise InputError("--l2 must be between 0 and 1e6", l2=args.l2)
+    tasks = [t for t in load_tasks(tasks_path) if not args.task or t["id"] in args.task]
+    if len({repo_of(t) for t in tasks}) < 2:
+        raise InputError("eval ranker needs tasks from at least two repositories "
+                         "(it checks the fit on a repository left out)", tasks=len(tasks))
+    with tempfile.TemporaryDirectory(prefix="ranker-") as scratch:
+        groups = groups_of(tasks, tasks_path.parent, Path(scratch))
+    result = evaluate(groups, args.l2)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = format_report(result)
+    (out / "ranker.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "ranker.md").write_text(report, encoding="utf-8")
+    sys.stdout.write(report)
+    print(f"wrote {out / 'ranker.json'}", file=sys.stderr)
+    return 0
+
+
 def eval_completion(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
     """``contenox-lsp eval completion``."""
     import json

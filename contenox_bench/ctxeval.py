@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tarfile
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from contenox_bench.ctxeval_metrics import bootstrap, mean, percentile, score
+from contenox_bench.ctxeval_tasks import load_tasks, repo_of, workspace_of
 from contenox_lsp.context_budget import (
     DEFAULT_CODE_CURSOR_SHARE,
     DEFAULT_MAP_SHARE,
@@ -44,6 +44,7 @@ from contenox_lsp.context_budget import (
 )
 from contenox_lsp.turn import WorkspaceState, assemble_within, read_disk, turn_at
 from contextasm import Assembly
+from repo_index.question_rank import DEFAULT_RANKER, QuestionRanker
 
 logger = logging.getLogger(__name__)
 
@@ -84,33 +85,13 @@ LORO_GRID = tuple(ContextSplit(m, c) for m in (0.0, 0.05, 0.1, 0.2, 0.35)
                   for c in (0.2, 0.35, 0.5))
 
 
-def load_tasks(path: Path) -> list[dict[str, Any]]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    tasks = doc["tasks"] if isinstance(doc, dict) else doc
-    if not isinstance(tasks, list) or not tasks:
-        raise ValueError(f"{path}: no tasks")
-    return tasks
-
-
-def workspace_of(task: Mapping[str, Any], base: Path, scratch: Path) -> Path:
-    """The task's tree as a folder: extracted from its archive into ``scratch`` (the archive
-    holds one top folder named after the task) or the folder the task names."""
-    src = base / str(task["tree"])
-    if src.is_dir():
-        return src
-    dest = scratch / str(task["id"])
-    if not dest.is_dir():
-        with tarfile.open(src) as tar:
-            tar.extractall(scratch, filter="data")  # no absolute paths, links out, devices
-    return dest
-
-
 def _grid_key(budget: int, split: ContextSplit) -> str:
     return f"map+code@{budget}/{split.label}"
 
 
 def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequence[int],
-              split: ContextSplit, grid: Sequence[ContextSplit] = ()) -> dict[str, Any]:
+              split: ContextSplit, grid: Sequence[ContextSplit] = (),
+              ranker: QuestionRanker = DEFAULT_RANKER) -> dict[str, Any]:
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
 
@@ -118,7 +99,7 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
     with tempfile.TemporaryDirectory(prefix="ctxeval-index-") as cache:
         index = RepoIndex([root], cache_dir=cache)
         index.build()
-    finder = CodeFinder(index, lambda p: read_disk(Path(p)))
+    finder = CodeFinder(index, lambda p: read_disk(Path(p)), ranker=ranker)
     finder.sync()
     index_s = time.perf_counter() - t0
     open_path = (root / str(task["open_file"])).resolve()
@@ -154,8 +135,9 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
             asm = build(option.budget(tokens), True)
             rows[_grid_key(tokens, option)] = {**score(asm, task),
                                                "tokens_beside_question": beside_question(asm)}
-    return {"id": task["id"], "repo": task.get("repo") or task["id"].rsplit("-", 1)[0],
-            "index_s": index_s, "results": rows}
+    return {"id": task["id"], "repo": repo_of(task), "index_s": index_s,
+            "ranker": ranker.source, "results": rows}
+
 
 
 def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
@@ -274,14 +256,23 @@ def run(tasks_path: Path, out: Path, budgets: Sequence[int], session: Any,
     tasks = [t for t in load_tasks(tasks_path) if not only or t["id"] in only]
     out.mkdir(parents=True, exist_ok=True)
     per_task = []
+    rankers: dict[str, QuestionRanker] = {}
     with tempfile.TemporaryDirectory(prefix="ctxeval-") as scratch:
+        if grid and len({repo_of(t) for t in tasks}) > 1:
+            # Held out for the question's ranker too: each repository's tasks are ranked by
+            # weights fitted on the other repositories' tasks.
+            from contenox_bench.ranker_fit import fold_rankers, groups_of
+
+            rankers = fold_rankers(groups_of(tasks, tasks_path.parent, Path(scratch)))
         for i, task in enumerate(tasks, 1):
             root = workspace_of(task, tasks_path.parent, Path(scratch))
-            per_task.append(eval_task(task, root, session, budgets, split, grid))
+            per_task.append(eval_task(task, root, session, budgets, split, grid,
+                                      rankers.get(repo_of(task), DEFAULT_RANKER)))
             logger.info("ctxeval %d/%d %s", i, len(tasks), task["id"])
     summary = summarize(per_task, budgets)
     doc = {
         "tasks_file": os.fspath(tasks_path),
+        "ranker": "fitted without each task's repository" if rankers else DEFAULT_RANKER.source,
         "budgets": list(budgets),
         "split": {"map_share": split.map_share, "code_cursor_share": split.code_cursor_share},
         "question_max": question_max,

@@ -183,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest wait for an edit to settle before each request (default 30)")
     ne.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
 
+    rk = ev_sub.add_parser(
+        "ranker", help="fit the question search's ranker on bug-fix tasks and check it "
+                       "leave-one-repository-out")
+    rk.add_argument("--tasks", required=True, metavar="FILE",
+                    help="tasks.json (fields: ../shared/ctxeval/README.md)")
+    rk.add_argument("--task", action="append", default=[], metavar="ID",
+                    help="only this task (repeatable)")
+    rk.add_argument("--l2", type=float, default=1.0, metavar="X",
+                    help="L2 penalty on the standardised weights (default 1.0)")
+    rk.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
     cc = ev_sub.add_parser(
         "completion", help="CrossCodeEval-style tasks from a repository through the server's "
                            "inline completion, beside the window-only prompt")
@@ -375,6 +385,10 @@ def cmd_eval_completion(args: argparse.Namespace) -> int:
     return _bench_command("eval-completion")(args, _load_profile)
 
 
+def cmd_eval_ranker(args: argparse.Namespace) -> int:
+    return _bench_command("eval-ranker")(args, _load_profile)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     return _bench_command("bench")(args, _load_profile)
 
@@ -468,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_eval_next_edit(args)
             if args.eval_command == "completion":
                 return cmd_eval_completion(args)
+            if args.eval_command == "ranker":
+                return cmd_eval_ranker(args)
             return cmd_eval_context(args)
     except (EngineError, InputError) as exc:
         _print_error(exc, getattr(args, "json", False))

@@ -300,8 +300,9 @@ def code_inputs(
     if not terms(query):
         return tuple(cursor_code), ()
     mirrors = finder.mirrored_sources(path) if path is not None else []
-    hits = [s for s in finder.search(query, names, near_files=near, mirror_files=mirrors,
-                                     exclude=exclude)
+    graph = {s.key: s.score for s in cursor}
+    hits = [s for s in finder.search(query, names, graph=graph, near_files=near,
+                                     mirror_files=mirrors, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
     question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)

@@ -25,6 +25,7 @@ from repo_index.chunks import Chunk, chunks_of, enclosing
 from repo_index.imports import ImportScope, ModuleFiles, python_imports, scope_of
 from repo_index.index import RepoIndex
 from repo_index.lexical import LexicalIndex, terms
+from repo_index.question_rank import DEFAULT_RANKER, Candidate, QuestionRanker, features
 from repo_index.results import Symbol
 
 #: A name defined in more places than this is too ambiguous to follow.
@@ -39,13 +40,12 @@ MODULE_WINDOW = 12
 CURSOR_TERM_WEIGHT = 0.3
 #: Files whose chunks and lines are kept (a search's hits and the cursor's neighbours).
 FILES_CACHED = 512
-#: Search hits re-ranked with the priors below.
+#: The question's search ranks this many BM25 hits (``question_rank``) ...
 RERANK_POOL = 100
-NEAR_FILE_BOOST = 1.5
-#: A chunk of the source file the open test module mirrors (``tests/test_x.py`` -> ``x.py``).
-MIRROR_FILE_BOOST = 1.5
+#: ... and the cursor's strongest graph definitions that BM25 did not find.
+GRAPH_CANDIDATES = 10
+#: Definitions in test code count this much in the symbol graph.
 TEST_CODE_WEIGHT = 0.5
-STUB_WEIGHT = 0.3
 
 ReadText = Callable[[str], "str | None"]
 
@@ -100,9 +100,11 @@ class CodeFinder:
     """
 
     def __init__(self, index: RepoIndex, read_text: ReadText,
-                 search_sync_files: int | None = None) -> None:
+                 search_sync_files: int | None = None,
+                 ranker: QuestionRanker = DEFAULT_RANKER) -> None:
         self.index = index
         self.read_text = read_text
+        self.ranker = ranker  # orders the question's search (question_rank)
         # How many files a search brings up to date first (None: all). A host that syncs a
         # large workspace in slices of its own sets it, so a search during the first sync
         # does not do the whole backlog: edited files come first, and the rest wait.
@@ -334,45 +336,72 @@ class CodeFinder:
 
     # -- lexical search --------------------------------------------------------------------
 
+    def question_candidates(
+        self,
+        question: str,
+        cursor_names: Collection[str] = (),
+        *,
+        graph: Mapping[tuple[str, int], float] | None = None,
+        near_files: Collection[str] = (),
+        mirror_files: Collection[str] = (),
+        exclude: Collection[tuple[str, int]] = (),
+    ) -> list[tuple[Candidate, tuple[float, ...]]]:
+        """What the question's search ranks, with each one's features (``question_rank``):
+        the ``RERANK_POOL`` chunks BM25 finds for the question and, weaker, the identifiers
+        near the cursor, then the ``GRAPH_CANDIDATES`` strongest of ``graph`` (the cursor's
+        symbol-graph weights by chunk key) not found already; none of ``exclude``.
+        ``near_files``: the files the cursor's code reaches; ``mirror_files``: the source the
+        open test module is named after."""
+        graph = graph or {}
+        asked: dict[str, float] = {}
+        _add_terms(asked, question, 1.0)
+        query = dict(asked)
+        _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
+        if not query:
+            return []
+        self.sync(self.search_sync_files)
+        excluded = set(exclude)
+        keys = [k for _, k in self.lexical.search(query, RERANK_POOL + len(excluded))
+                if k not in excluded][:RERANK_POOL]
+        found = set(keys)
+        strongest = sorted(graph.items(), key=lambda kv: (-kv[1], kv[0]))
+        keys += [k for k, _ in strongest if k not in found and k not in excluded
+                 ][:GRAPH_CANDIDATES]
+        bm25 = self.lexical.scores_of(asked, keys) if asked else {}
+        near, mirrors = set(near_files), set(mirror_files)
+        question_terms = frozenset(asked)
+        out: list[tuple[Candidate, tuple[float, ...]]] = []
+        for key in keys:
+            p, def_line = key
+            chunk, _ = self._chunk_at(p, def_line)
+            if chunk is None or chunk.def_line != def_line:
+                continue  # the lexical index lags an edit
+            c = Candidate(path=p, display=self.index.display_path(p) or p, chunk=chunk,
+                          bm25=bm25.get(key, 0.0), graph=graph.get(key, 0.0),
+                          mirror=p in mirrors, near=p in near, test=is_test_path(p))
+            out.append((c, features(c, question_terms)))
+        return out
+
     def search(
         self,
         question: str,
         cursor_names: Collection[str] = (),
         *,
+        graph: Mapping[tuple[str, int], float] | None = None,
         near_files: Collection[str] = (),
         mirror_files: Collection[str] = (),
         exclude: Collection[tuple[str, int]] = (),
         limit: int = 20,
     ) -> list[Snippet]:
-        """Chunks that match the question (and, weaker, the identifiers near the cursor).
-
-        BM25, then priors: a chunk in one of ``near_files`` (the files the cursor's code
-        reaches) counts ``NEAR_FILE_BOOST`` times more, one in ``mirror_files`` (the source the
-        open test module is named after) ``MIRROR_FILE_BOOST`` times more, and test code counts
-        half (the code to change is rarely the test the developer has open)."""
-        query: dict[str, float] = {}
-        _add_terms(query, question, 1.0)
-        _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
-        if not query:
-            return []
-        self.sync(self.search_sync_files)
-        near, mirrors = set(near_files), set(mirror_files)
-        scored = []
-        for score, (p, def_line) in self.lexical.search(query, RERANK_POOL + len(exclude)):
-            if (p, def_line) in exclude:
-                continue
-            if p in near:
-                score *= NEAR_FILE_BOOST
-            if p in mirrors:
-                score *= MIRROR_FILE_BOOST
-            if is_test_path(p):
-                score *= TEST_CODE_WEIGHT
-            if p.endswith(".pyi"):
-                score *= STUB_WEIGHT  # a stub repeats a signature and holds no body
-            scored.append((score, p, def_line))
+        """Chunks for the question, best first: ``question_candidates`` ordered by
+        ``self.ranker`` (``question_rank``: BM25 with the question, the cursor's graph, the
+        mirrored source and the files the cursor reaches up; test code and stubs down)."""
+        scored = [(self.ranker.score(feats), c.path, c.chunk.def_line)
+                  for c, feats in self.question_candidates(
+                      question, cursor_names, graph=graph, near_files=near_files,
+                      mirror_files=mirror_files, exclude=exclude)]
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
         return self._snippets(scored, "matches the question", limit)
-
 
     def similar(self, code: str, *, skip_path: str | None = None,
                 limit: int = 4) -> list[Snippet]:

@@ -259,11 +259,27 @@ class LexicalIndex:
         self._big_tf = big_tf
         self._doc_file, self._doc_line, self._lengths = doc_file, doc_line, lengths
 
-    def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
-        """The ``limit`` best documents' keys ``(path, line)`` for weighted query terms, best
-        first (ties by key, so results do not depend on the order files were added in)."""
+    def scores_of(self, query: Mapping[str, float],
+                  keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        """The BM25 scores of the documents ``keys`` (``(path, line)``) for ``query``; a key
+        that matches no term (or no document) scores 0."""
+        scores = self._scores(query)
+        out: dict[tuple[str, int], float] = {}
+        for path, line in keys:
+            entry = self._files.get(path)
+            found = 0.0
+            if entry is not None:
+                for n in range(entry.first, entry.first + entry.count):
+                    if self._doc_line[n] == line:
+                        found = scores.get(n, 0.0)
+                        break
+            out[(path, line)] = found
+        return out
+
+    def _scores(self, query: Mapping[str, float]) -> dict[int, float]:
+        """Document number -> BM25 score, for the living documents with a query term."""
         if not self._n_docs:
-            return []
+            return {}
         avg = self._total_length / self._n_docs
         doc_file, lengths = self._doc_file, self._lengths
         scores: dict[int, float] = {}
@@ -285,6 +301,13 @@ class LexicalIndex:
                     tf = self._big_tf[(tid, n)]
                 norm = tf * (K1 + 1) / (tf + K1 * (1 - B + B * lengths[n] / avg))
                 scores[n] = scores.get(n, 0.0) + weight * idf * norm
+        return scores
+
+    def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
+        """The ``limit`` best documents' keys ``(path, line)`` for weighted query terms, best
+        first (ties by key, so results do not depend on the order files were added in)."""
+        scores = self._scores(query)
+        doc_file = self._doc_file
         paths, lines = self._paths, self._doc_line
         order = sorted(scores, key=lambda n: (-scores[n], paths[doc_file[n]] or "", lines[n]))
         return [(scores[n], (paths[doc_file[n]] or "", lines[n])) for n in order[:limit]]

@@ -1,0 +1,174 @@
+"""The question search's learned ranking (``repo_index.question_rank``) on real files and the
+real parser, and its fit (``contenox_bench.ranker_fit``): the candidates and their labels
+come from the same search the server runs; the fit finds which feature marks the answer and
+is checked on a repository it was not fitted on."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from contenox_bench import ranker_fit
+from contenox_lsp.cli import main
+from contenox_lsp.turn import read_disk_text
+from repo_index import RepoIndex
+from repo_index.code_search import CodeFinder
+from repo_index.lexical import LexicalIndex, terms
+from repo_index.question_rank import DEFAULT_RANKER, FEATURES, QuestionRanker
+
+RENDER = "def render_header(value):\n    return value.title()\n"
+
+
+def finder_for(root: Path) -> CodeFinder:
+    index = RepoIndex([root], use_cache=False)
+    index.build()
+    finder = CodeFinder(index, read_disk_text)
+    finder.sync()
+    return finder
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+
+def names(snippets: list[Any]) -> list[str]:
+    return [f"{Path(s.path).name}:{s.chunk.qualname}" for s in snippets]
+
+
+def test_scores_of_gives_each_documents_search_score() -> None:
+    lex = LexicalIndex()
+    lex.set_file("a.py", "1", [(0, "parse", "def parse(text): return split(text)"),
+                               (5, "split", "def split(text): return text.split()")])
+    lex.set_file("b.py", "1", [(0, "render", "def render(page): return page")])
+    query = {t: 1.0 for t in terms("split the text")}
+    searched = {key: score for score, key in lex.search(query, 10)}
+    got = lex.scores_of(query, [("a.py", 0), ("a.py", 5), ("b.py", 0), ("c.py", 0)])
+    assert got[("a.py", 0)] == searched[("a.py", 0)] and got[("a.py", 5)] == searched[("a.py", 5)]
+    assert got[("b.py", 0)] == 0.0 and got[("c.py", 0)] == 0.0  # no term; no such file
+
+
+def test_source_ranks_above_test_code_with_the_same_words(tmp_path: Path) -> None:
+    write(tmp_path, {"pkg/render.py": RENDER, "tests/helpers.py": RENDER})
+    finder = finder_for(tmp_path)
+    assert names(finder.search("render the header")) == [
+        "render.py:render_header", "helpers.py:render_header"]
+
+
+def test_the_cursors_graph_brings_and_lifts_a_definition(tmp_path: Path) -> None:
+    """A definition the question's words miss is still a candidate when the cursor's code
+    reaches it; of two equal matches, the one the graph reaches ranks first."""
+    write(tmp_path, {
+        "pkg/alpha.py": RENDER,
+        "pkg/beta.py": RENDER,
+        "pkg/gamma.py": "def compute_totals(rows):\n    return sum(rows)\n",
+    })
+    finder = finder_for(tmp_path)
+    beta = str(tmp_path / "pkg/beta.py")
+    gamma = str(tmp_path / "pkg/gamma.py")
+    assert names(finder.search("render the header")) == [
+        "alpha.py:render_header", "beta.py:render_header"]  # a tie: by path
+    graph = {(beta, 0): 2.0, (gamma, 0): 1.0}
+    reached = names(finder.search("render the header", graph=graph))
+    assert reached[0] == "beta.py:render_header"
+    assert "gamma.py:compute_totals" in reached  # no word of the question, the graph's
+    assert "gamma.py:compute_totals" not in names(finder.search("render the header"))
+
+
+def test_a_ranker_needs_one_weight_per_feature() -> None:
+    with pytest.raises(ValueError, match=f"{len(FEATURES)} weights"):
+        QuestionRanker((1.0, 2.0))
+    assert len(DEFAULT_RANKER.weights) == len(FEATURES)
+
+
+def _synthetic(repo: str, rng: random.Random, n: int) -> list[ranker_fit.Group]:
+    """Tasks whose changed definition is the one candidate in the mirrored source (plus
+    noise in every other feature)."""
+    mirror = FEATURES.index("mirror")
+    out = []
+    for i in range(n):
+        rows = np.array([[rng.gauss(0, 1) for _ in FEATURES] for _ in range(8)])
+        rows[:, mirror] = 0.0
+        hit = rng.randrange(8)
+        rows[hit, mirror] = 1.0
+        labels = np.zeros(8, dtype=bool)
+        labels[hit] = True
+        out.append(ranker_fit.Group(f"{repo}-{i}", repo, rows, labels))
+    return out
+
+
+def test_the_fit_finds_the_feature_that_marks_the_answer() -> None:
+    rng = random.Random(7)
+    groups = _synthetic("a", rng, 20) + _synthetic("b", rng, 20)
+    fitted = ranker_fit.fit(groups)
+    mirror = FEATURES.index("mirror")
+    assert max(range(len(FEATURES)), key=lambda i: abs(fitted.weights[i])) == mirror
+    assert fitted.weights[mirror] > 0
+    result = ranker_fit.evaluate(groups)
+    held = result["top_k"]["fitted without the task's repository (held out)"]
+    assert held["top1"] == 40  # fitted on a's tasks alone, it still ranks b's answers first
+    assert result["top_k"]["bm25 alone"]["top1"] < 20  # noise: about one in eight
+    with pytest.raises(ValueError, match="no task has a changed definition"):
+        ranker_fit.fit([ranker_fit.Group("x", "a", np.zeros((3, len(FEATURES))),
+                                         np.zeros(3, dtype=bool))])
+
+
+SHAPES = '''"""Shapes."""
+
+
+def area(width, height):
+    product = width * height
+    return product
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+'''
+
+SHAPES_TEST = '''from shapes import area
+
+
+def test_area():
+    assert area(2, 3) == 6
+'''
+
+
+def _tree(root: Path, name: str) -> dict[str, Any]:
+    write(root / name, {"shapes.py": SHAPES, "test_shapes.py": SHAPES_TEST})
+    return {"id": f"{name}-1", "repo": name, "tree": name, "open_file": "test_shapes.py",
+            "cursor_line": 5, "question": "Why is the area product wrong?",
+            "gt_files": ["shapes.py"],
+            "gt_defs": [{"file": "shapes.py", "name": "area", "kind": "def", "def_line": 4,
+                         "body_line": "product = width * height"}]}
+
+
+def test_a_tasks_candidates_are_the_servers_search_labelled_by_its_fix(tmp_path: Path) -> None:
+    task = _tree(tmp_path, "one")
+    group = ranker_fit.task_group(task, tmp_path / "one")
+    assert group.features.shape[1] == len(FEATURES) and group.answerable
+    assert int(group.labels.sum()) == 1  # area, found by the graph and the words; labelled
+    assert group.features[group.labels][0][FEATURES.index("graph")] > 0
+
+
+def test_eval_ranker_reports_held_out_figures(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps({"tasks": [_tree(tmp_path, "one"), _tree(tmp_path, "two")]}),
+                     encoding="utf-8")
+    assert main(["eval", "ranker", "--tasks", str(tasks), "--out", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "ranker.md").read_text(encoding="utf-8")
+    assert "| fitted without the task's repository (held out) | 2 (1.00)" in report
+    doc = json.loads((tmp_path / "out" / "ranker.json").read_text(encoding="utf-8"))
+    assert set(doc["fold_weights"]) == {"one", "two"} and len(doc["weights"]) == len(FEATURES)
+    assert "held out" in capsys.readouterr().out
+    # One repository cannot be held out: a clear error, not a figure.
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"tasks": [_tree(tmp_path, "one")]}), encoding="utf-8")
+    assert main(["eval", "ranker", "--tasks", str(one), "--out", str(tmp_path / "o2")]) != 0
+    assert "at least two repositories" in capsys.readouterr().err
