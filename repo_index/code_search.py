@@ -355,19 +355,20 @@ class CodeFinder:
         graph = graph or {}
         asked: dict[str, float] = {}
         _add_terms(asked, question, 1.0)
-        query = dict(asked)
-        _add_terms(query, " ".join(cursor_names), CURSOR_TERM_WEIGHT)
-        if not query:
+        near_cursor: dict[str, float] = {}
+        _add_terms(near_cursor, " ".join(cursor_names), 1.0)
+        if not asked and not near_cursor:
             return []
         self.sync(self.search_sync_files)
+        by_question = self.lexical.scores(asked)
+        both = by_question.plus(self.lexical.scores(near_cursor), CURSOR_TERM_WEIGHT)
         excluded = set(exclude)
-        keys = [k for _, k in self.lexical.search(query, RERANK_POOL + len(excluded))
+        keys = [k for _, k in both.top(RERANK_POOL + len(excluded))
                 if k not in excluded][:RERANK_POOL]
         found = set(keys)
         strongest = sorted(graph.items(), key=lambda kv: (-kv[1], kv[0]))
         keys += [k for k, _ in strongest if k not in found and k not in excluded
                  ][:GRAPH_CANDIDATES]
-        bm25 = self.lexical.scores_of(asked, keys) if asked else {}
         near, mirrors = set(near_files), set(mirror_files)
         question_terms = frozenset(asked)
         out: list[tuple[Candidate, tuple[float, ...]]] = []
@@ -377,7 +378,7 @@ class CodeFinder:
             if chunk is None or chunk.def_line != def_line:
                 continue  # the lexical index lags an edit
             c = Candidate(path=p, display=self.index.display_path(p) or p, chunk=chunk,
-                          bm25=bm25.get(key, 0.0), graph=graph.get(key, 0.0),
+                          bm25=by_question.of(key), graph=graph.get(key, 0.0),
                           mirror=p in mirrors, near=p in near, test=is_test_path(p))
             out.append((c, features(c, question_terms)))
         return out

@@ -14,6 +14,7 @@ name says what a definition is about).
 
 from __future__ import annotations
 
+import heapq
 import keyword
 import logging
 import math
@@ -259,22 +260,9 @@ class LexicalIndex:
         self._big_tf = big_tf
         self._doc_file, self._doc_line, self._lengths = doc_file, doc_line, lengths
 
-    def scores_of(self, query: Mapping[str, float],
-                  keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], float]:
-        """The BM25 scores of the documents ``keys`` (``(path, line)``) for ``query``; a key
-        that matches no term (or no document) scores 0."""
-        scores = self._scores(query)
-        out: dict[tuple[str, int], float] = {}
-        for path, line in keys:
-            entry = self._files.get(path)
-            found = 0.0
-            if entry is not None:
-                for n in range(entry.first, entry.first + entry.count):
-                    if self._doc_line[n] == line:
-                        found = scores.get(n, 0.0)
-                        break
-            out[(path, line)] = found
-        return out
+    def scores(self, query: Mapping[str, float]) -> Scores:
+        """The BM25 scores of the living documents with a query term."""
+        return Scores(self, self._scores(query))
 
     def _scores(self, query: Mapping[str, float]) -> dict[int, float]:
         """Document number -> BM25 score, for the living documents with a query term."""
@@ -306,8 +294,50 @@ class LexicalIndex:
     def search(self, query: Mapping[str, float], limit: int) -> list[tuple[float, tuple[str, int]]]:
         """The ``limit`` best documents' keys ``(path, line)`` for weighted query terms, best
         first (ties by key, so results do not depend on the order files were added in)."""
-        scores = self._scores(query)
-        doc_file = self._doc_file
-        paths, lines = self._paths, self._doc_line
-        order = sorted(scores, key=lambda n: (-scores[n], paths[doc_file[n]] or "", lines[n]))
-        return [(scores[n], (paths[doc_file[n]] or "", lines[n])) for n in order[:limit]]
+        return self.scores(query).top(limit)
+
+    def _doc_key(self, n: int) -> tuple[str, int]:
+        return (self._paths[self._doc_file[n]] or "", self._doc_line[n])
+
+    def _doc_at(self, key: tuple[str, int]) -> int | None:
+        entry = self._files.get(key[0])
+        if entry is None:
+            return None
+        for n in range(entry.first, entry.first + entry.count):
+            if self._doc_line[n] == key[1]:
+                return n
+        return None
+
+
+class Scores:
+    """One query's BM25 scores over a ``LexicalIndex`` (by document), valid until the index
+    changes. A query's score is linear in its term weights, so two queries' scores add up to
+    the score of their sum (``plus``): one pass per part, and each part's own score kept."""
+
+    def __init__(self, index: LexicalIndex, by_doc: dict[int, float]) -> None:
+        self._index = index
+        self._by_doc = by_doc
+
+    def plus(self, other: Scores, weight: float) -> Scores:
+        """These scores plus ``weight`` times ``other``'s."""
+        out = dict(self._by_doc)
+        for n, v in other._by_doc.items():
+            out[n] = out.get(n, 0.0) + weight * v
+        return Scores(self._index, out)
+
+    def top(self, limit: int) -> list[tuple[float, tuple[str, int]]]:
+        """The ``limit`` best documents, best first; ties by key."""
+        key_of, scores = self._index._doc_key, self._by_doc
+        if limit <= 0:
+            return []
+        chosen = list(scores)
+        if len(chosen) > limit:  # the limit-th best score, then every document reaching it
+            floor = heapq.nlargest(limit, scores.values())[-1]
+            chosen = [n for n in chosen if scores[n] >= floor]
+        chosen.sort(key=lambda n: (-scores[n], key_of(n)))
+        return [(scores[n], key_of(n)) for n in chosen[:limit]]
+
+    def of(self, key: tuple[str, int]) -> float:
+        """The score of the document ``key`` (0: no term of the query, or no such document)."""
+        n = self._index._doc_at(key)
+        return self._by_doc.get(n, 0.0) if n is not None else 0.0

@@ -42,16 +42,21 @@ def names(snippets: list[Any]) -> list[str]:
     return [f"{Path(s.path).name}:{s.chunk.qualname}" for s in snippets]
 
 
-def test_scores_of_gives_each_documents_search_score() -> None:
+def test_query_scores_add_up_and_give_each_documents_score() -> None:
     lex = LexicalIndex()
     lex.set_file("a.py", "1", [(0, "parse", "def parse(text): return split(text)"),
                                (5, "split", "def split(text): return text.split()")])
     lex.set_file("b.py", "1", [(0, "render", "def render(page): return page")])
-    query = {t: 1.0 for t in terms("split the text")}
-    searched = {key: score for score, key in lex.search(query, 10)}
-    got = lex.scores_of(query, [("a.py", 0), ("a.py", 5), ("b.py", 0), ("c.py", 0)])
-    assert got[("a.py", 0)] == searched[("a.py", 0)] and got[("a.py", 5)] == searched[("a.py", 5)]
-    assert got[("b.py", 0)] == 0.0 and got[("c.py", 0)] == 0.0  # no term; no such file
+    words, names = {t: 1.0 for t in terms("split the text")}, {t: 1.0 for t in terms("render")}
+    scores = lex.scores(words)
+    searched = {key: score for score, key in lex.search(words, 10)}
+    assert scores.of(("a.py", 0)) == searched[("a.py", 0)] > 0
+    assert scores.of(("b.py", 0)) == 0.0 and scores.of(("c.py", 0)) == 0.0  # no term; no file
+    # Two queries' scores add up to their sum's (BM25 is linear in the term weights).
+    both = {**words, **{t: 0.3 for t in names}}
+    summed = scores.plus(lex.scores(names), 0.3).top(10)
+    assert [k for _, k in summed] == [k for _, k in lex.search(both, 10)]
+    assert [s for s, _ in summed] == pytest.approx([s for s, _ in lex.search(both, 10)])
 
 
 def test_source_ranks_above_test_code_with_the_same_words(tmp_path: Path) -> None:
