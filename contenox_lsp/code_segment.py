@@ -279,13 +279,21 @@ def code_inputs(
     cursor: list[Snippet] = []
     names: list[str] = []
     at: tuple[Chunk | None, list[str]] | None = None
+    mirrors: list[str] = []
     if path is not None and req.line is not None:
         at = finder.cursor_names(path, req.line - 1)
         names = at[1]
         cursor = [s for s in finder.around_cursor(path, req.line - 1, at=at)
                   if not _pinned(s, req.pins)]
+        mirrors = finder.mirrored_sources(path)
+    # The graph's own order says which files the cursor's code reaches; an ask's order, what
+    # the cursor part shows first.
+    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
+    graph = {s.key: s.score for s in cursor}
+    shown_first = finder.ranked_for_ask(cursor, near_files=near, mirror_files=mirrors)
     cursor_focus = set(terms(" ".join(names)))
-    cursor_code, used, cursor_whole = _choose(cursor, budget.cursor_tokens, count, cursor_focus)
+    cursor_code, used, cursor_whole = _choose(shown_first, budget.cursor_tokens, count,
+                                              cursor_focus)
     if not req.question.strip():
         return tuple(cursor_code), ()
     # A cursor definition shown only as a header (or passed over) may still be shown whole
@@ -295,12 +303,9 @@ def code_inputs(
     if path is not None and at is not None and at[0] is not None:
         exclude.add((path, at[0].def_line))
         shown.add(at[0].name)
-    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
     query = unanswered_part(req.question, shown)
     if not terms(query):
         return tuple(cursor_code), ()
-    mirrors = finder.mirrored_sources(path) if path is not None else []
-    graph = {s.key: s.score for s in cursor}
     hits = [s for s in finder.search(query, names, graph=graph, near_files=near,
                                      mirror_files=mirrors, exclude=exclude)
             if not _pinned(s, req.pins)]

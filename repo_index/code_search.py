@@ -14,11 +14,12 @@ name (``Foo(...)`` runs ``Foo.__init__``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from repo_index.chunks import Chunk, chunks_of, enclosing
@@ -271,6 +272,25 @@ class CodeFinder:
                    f"used by {chunk.qualname}")
         ranked = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
         return [self._snippet(p, c, self._file(p)[1], w, r) for (p, _), (w, c, r) in ranked]
+
+    def ranked_for_ask(self, snippets: Sequence[Snippet], *,
+                       near_files: Collection[str] = (),
+                       mirror_files: Collection[str] = ()) -> list[Snippet]:
+        """The cursor's definitions (``around_cursor``) in the order an ask wants them:
+        ``self.ranker`` with no question (BM25 and the question's words count nothing), so the
+        idle prefill, which has no question, builds the same order. The graph's weight stays a
+        feature; the source the open test module is named after, functions over class
+        outlines and source over test code move up. Measured on the ctxeval tasks where the
+        graph reaches a changed definition (61 of 153): it came first on 32 (graph order: 22),
+        in the top 3 on 51 (31)."""
+        near, mirrors = set(near_files), set(mirror_files)
+        out = []
+        for s in snippets:
+            c = Candidate(path=s.path, display=s.display, chunk=s.chunk, bm25=0.0,
+                          graph=s.score, mirror=s.path in mirrors, near=s.path in near,
+                          test=is_test_path(s.path))
+            out.append(dataclasses.replace(s, score=self.ranker.score(features(c, ()))))
+        return sorted(out, key=lambda s: (-s.score, s.path, s.chunk.def_line))
 
     # -- imports ---------------------------------------------------------------------------
 

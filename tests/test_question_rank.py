@@ -15,6 +15,7 @@ import pytest
 
 from contenox_bench import ranker_fit
 from contenox_lsp.cli import main
+from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs
 from contenox_lsp.turn import read_disk_text
 from repo_index import RepoIndex
 from repo_index.code_search import CodeFinder
@@ -177,3 +178,38 @@ def test_eval_ranker_reports_held_out_figures(tmp_path: Path,
     one.write_text(json.dumps({"tasks": [_tree(tmp_path, "one")]}), encoding="utf-8")
     assert main(["eval", "ranker", "--tasks", str(one), "--out", str(tmp_path / "o2")]) != 0
     assert "at least two repositories" in capsys.readouterr().err
+
+
+BOXES = {
+    "pkg/util.py": "def make_box(w, h):\n    return (w, h)\n",
+    "pkg/shapes.py": "def area(box):\n    return box[0] * box[1]\n",
+    "tests/test_shapes.py": (
+        "from pkg.util import make_box\nfrom pkg.shapes import area\n\n\n"
+        "def test_area():\n"
+        "    a = make_box(1, 2)\n    b = make_box(2, 3)\n    c = make_box(3, 4)\n"
+        "    d = make_box(4, 5)\n    e = make_box(5, 6)\n"
+        "    assert area(b) == 6\n"
+    ),
+}
+
+
+def test_an_ask_shows_the_mirrored_source_first_and_the_idle_prompt_agrees(
+        tmp_path: Path) -> None:
+    """The graph weighs the helper the test calls five times above the function it tests
+    once; the ask's order (the ranker, no question) puts the source the test module is
+    named after first, and the cursor part the idle prefill builds shows it first too."""
+    write(tmp_path, BOXES)
+    finder = finder_for(tmp_path)
+    test = str(tmp_path / "tests/test_shapes.py")
+    graph_order = finder.around_cursor(test, 6)
+    assert names(graph_order) == ["util.py:make_box", "shapes.py:area"]
+    ranked = finder.ranked_for_ask(graph_order, mirror_files=finder.mirrored_sources(test))
+    assert names(ranked) == ["shapes.py:area", "util.py:make_box"]
+
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    request = CodeRequest(roots=[tmp_path], buffers={}, pins=[],
+                          path=Path("tests/test_shapes.py"), line=7, question="")
+    cursor_code, _ = code_inputs(finder, request, count, CodeBudget(400), read_disk_text)
+    assert [c.title.split(" ")[0] for c in cursor_code] == ["area", "make_box"]
