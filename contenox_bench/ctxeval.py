@@ -20,6 +20,9 @@ repo map's share, the cursor part's share of the code); for each repository the 
 scores best on the *other* repositories' tasks is the one its own tasks are scored with
 (``loro``). That held-out figure is what carries to a
 repository nobody tuned for; the in-sample one (the default split) is reported beside it.
+With ``grid`` the question search's ranker is held out too: every row of a repository's tasks
+is built with weights fitted on the other repositories' tasks (``ranker_fit``), not with the
+shipped ``DEFAULT_RANKER``, which saw them all.
 """
 
 from __future__ import annotations

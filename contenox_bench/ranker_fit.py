@@ -131,8 +131,8 @@ def fit(groups: Sequence[Group], l2: float = DEFAULT_L2, source: str = "") -> Qu
 
 
 def ranks_first(scores: np.ndarray, labels: np.ndarray, k: int) -> bool:
-    """Whether a changed definition is among the ``k`` best (ties: the earlier candidate,
-    which is how the search orders equal scores too: by BM25 rank)."""
+    """Whether a changed definition is among the ``k`` best (ties: the earlier candidate, in
+    BM25 order; the search breaks them by path and line, which scores nothing here)."""
     order = np.argsort(-scores, kind="stable")[:k]
     return bool(labels[order].any())
 

@@ -417,12 +417,16 @@ class CodeFinder:
         """Chunks for the question, best first: ``question_candidates`` ordered by
         ``self.ranker`` (``question_rank``: BM25 with the question, the cursor's graph, the
         mirrored source and the files the cursor reaches up; test code and stubs down)."""
-        scored = [(self.ranker.score(feats), c.path, c.chunk.def_line)
-                  for c, feats in self.question_candidates(
-                      question, cursor_names, graph=graph, near_files=near_files,
-                      mirror_files=mirror_files, exclude=exclude)]
-        scored.sort(key=lambda x: (-x[0], x[1], x[2]))
-        return self._snippets(scored, "matches the question", limit)
+        found = self.question_candidates(question, cursor_names, graph=graph,
+                                         near_files=near_files, mirror_files=mirror_files,
+                                         exclude=exclude)
+        scored = sorted(((self.ranker.score(feats), c.path, c.chunk.def_line)
+                         for c, feats in found), key=lambda x: (-x[0], x[1], x[2]))
+        # A graph definition with no word of the question says why it is there.
+        wordless = {(c.path, c.chunk.def_line) for c, _ in found if c.bm25 == 0.0}
+        return [dataclasses.replace(s, reason="used by the code at the cursor")
+                if s.key in wordless else s
+                for s in self._snippets(scored, "matches the question", limit)]
 
     def similar(self, code: str, *, skip_path: str | None = None,
                 limit: int = 4) -> list[Snippet]:

@@ -84,6 +84,9 @@ def test_the_cursors_graph_brings_and_lifts_a_definition(tmp_path: Path) -> None
     reached = names(finder.search("render the header", graph=graph))
     assert reached[0] == "beta.py:render_header"
     assert "gamma.py:compute_totals" in reached  # no word of the question, the graph's
+    why = {names([s])[0]: s.reason for s in finder.search("render the header", graph=graph)}
+    assert why["gamma.py:compute_totals"] == "used by the code at the cursor"
+    assert why["beta.py:render_header"] == "matches the question"
     assert "gamma.py:compute_totals" not in names(finder.search("render the header"))
 
 
