@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_ctxeval import SOURCE, TEST
 
 from contenox_bench import ranker_fit
 from contenox_lsp.cli import main
@@ -128,28 +129,8 @@ def test_the_fit_finds_the_feature_that_marks_the_answer() -> None:
                                          np.zeros(3, dtype=bool))])
 
 
-SHAPES = '''"""Shapes."""
-
-
-def area(width, height):
-    product = width * height
-    return product
-
-
-def perimeter(width, height):
-    return 2 * (width + height)
-'''
-
-SHAPES_TEST = '''from shapes import area
-
-
-def test_area():
-    assert area(2, 3) == 6
-'''
-
-
 def _tree(root: Path, name: str) -> dict[str, Any]:
-    write(root / name, {"shapes.py": SHAPES, "test_shapes.py": SHAPES_TEST})
+    write(root / name, {"shapes.py": SOURCE, "test_shapes.py": TEST})
     return {"id": f"{name}-1", "repo": name, "tree": name, "open_file": "test_shapes.py",
             "cursor_line": 5, "question": "Why is the area product wrong?",
             "gt_files": ["shapes.py"],
