@@ -142,7 +142,6 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
             "ranker": ranker.source, "results": rows}
 
 
-
 def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for system in SYSTEMS:

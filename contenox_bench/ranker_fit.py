@@ -3,16 +3,17 @@ check it the way it has to hold: on repositories it was not fitted on.
 
 Per task (the ctxeval task format), the server's own candidates for the task's question at
 its cursor (``CodeFinder.question_candidates``, with the cursor's symbol graph, the files it
-reaches and the mirrored source, as ``code_segment.code_inputs`` passes them) and which of
-them the fix changed. The model: a score ``w · features`` per candidate, softmax over a
-task's candidates, maximising the probability of the changed definitions (listwise), plus
-``l2 * |w|²`` on standardised features; plain gradient descent with a backtracking line
-search (twelve weights: numpy is enough).
+reaches and the mirrored source, as ``code_segment.code_inputs`` passes them; only the
+function at the cursor left out, since what the cursor part shows whole depends on the
+budget) and which of them the fix changed. The model: a score ``w · features`` per
+candidate, softmax over a task's candidates, maximising the probability of the changed
+definitions (listwise), plus ``l2 * |w|²`` on standardised features; plain gradient descent
+with a backtracking line search (twelve weights: numpy is enough).
 
-``contenox-lsp eval ranker --tasks FILE`` reports, per leave-one-repository-out fold and
-pooled, how often a changed definition is ranked first / in the top 3 / top 5 by BM25 alone,
-by the shipped ranker and by the ranker fitted without that repository, and prints the
-weights fitted on every task (what ``DEFAULT_RANKER`` holds).
+``contenox-lsp eval ranker --tasks FILE`` reports, pooled over the tasks, how often a changed
+definition is ranked first / in the top 3 / top 5 by BM25 alone, by the shipped ranker, by
+the ranker fitted on every task and by the ranker fitted without the task's repository; and
+the weights fitted on every task (what ``DEFAULT_RANKER`` holds), with each fold's.
 """
 
 from __future__ import annotations
