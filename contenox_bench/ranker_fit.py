@@ -3,7 +3,7 @@ check it the way it has to hold: on repositories it was not fitted on.
 
 Per task (the ctxeval task format), the server's own candidates for the task's question at
 its cursor (``CodeFinder.question_candidates``, with the cursor's symbol graph, the files it
-reaches and the mirrored source, as ``code_segment.code_inputs`` passes them; only the
+reaches and the mirrored source from ``code_segment.cursor_reach``, as the server's; only the
 function at the cursor left out, since what the cursor part shows whole depends on the
 budget) and which of them the fix changed. The model: a score ``w · features`` per
 candidate, softmax over a task's candidates, maximising the probability of the changed
@@ -57,7 +57,7 @@ class Group:
 def task_group(task: Mapping[str, Any], root: Path) -> Group:
     """The candidates the server's question search ranks for ``task`` in the workspace
     ``root`` (the task's tree), labelled with the task's changed definitions."""
-    from contenox_lsp.code_segment import NEAR_FILES_FROM
+    from contenox_lsp.code_segment import cursor_reach
     from contenox_lsp.turn import read_disk
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
@@ -67,14 +67,11 @@ def task_group(task: Mapping[str, Any], root: Path) -> Group:
         index.build()
         finder = CodeFinder(index, lambda p: read_disk(Path(p)))
         open_path = str((root / str(task["open_file"])).resolve())
-        line = int(task["cursor_line"]) - 1
-        at = finder.cursor_names(open_path, line)
-        cursor = finder.around_cursor(open_path, line, at=at)
-        own = {(open_path, at[0].def_line)} if at[0] is not None else set()
+        reach = cursor_reach(finder, open_path, int(task["cursor_line"]) - 1)
+        own = {(open_path, reach.here.def_line)} if reach.here is not None else set()
         found = finder.question_candidates(
-            str(task["question"]), at[1], graph={s.key: s.score for s in cursor},
-            near_files={s.path for s in cursor[:NEAR_FILES_FROM]},
-            mirror_files=finder.mirrored_sources(open_path), exclude=own)
+            str(task["question"]), reach.names, graph=reach.graph, near_files=reach.near,
+            mirror_files=reach.mirrors, exclude=own)
     changed = {(str((root / d["file"]).resolve()), int(d["def_line"]) - 1)
                for d in task["gt_defs"]}
     feats = np.array([f for _, f in found], dtype=np.float64).reshape(-1, len(FEATURES))

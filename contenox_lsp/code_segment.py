@@ -264,6 +264,37 @@ def unanswered_part(question: str, shown: Collection[str]) -> str:
     return question
 
 
+@dataclass(frozen=True)
+class CursorReach:
+    """What the code at the cursor says before any question: the chunk it is in (``here``),
+    the names it references, the definitions its symbol graph reaches in the graph's order
+    (pins left out), the files of the best ``NEAR_FILES_FROM`` of them and the source the
+    open test module is named after. The question search's signals and the cursor part's
+    order come from here, for the server and for the ranker's fit alike."""
+
+    here: Chunk | None = None
+    names: Sequence[str] = ()
+    graph_order: Sequence[Snippet] = ()
+    mirrors: Sequence[str] = ()
+
+    @property
+    def near(self) -> set[str]:
+        return {s.path for s in self.graph_order[:NEAR_FILES_FROM]}
+
+    @property
+    def graph(self) -> dict[tuple[str, int], float]:
+        return {s.key: s.score for s in self.graph_order}
+
+
+def cursor_reach(finder: CodeFinder, path: str, line: int,
+                 pins: Sequence[PinnedRange] = ()) -> CursorReach:
+    """``CursorReach`` at 0-based ``line`` of ``path`` (absolute, indexed)."""
+    here, names = finder.cursor_names(path, line)
+    graph_order = [s for s in finder.around_cursor(path, line, at=(here, names))
+                   if not _pinned(s, pins)]
+    return CursorReach(here, names, graph_order, finder.mirrored_sources(path))
+
+
 def code_inputs(
     finder: CodeFinder,
     req: CodeRequest,
@@ -276,21 +307,11 @@ def code_inputs(
         return (), ()
     finder.read_text = texts_reader(req.buffers, read_disk)
     path = absolute_path(req.roots, finder, req.path) if req.path is not None else None
-    cursor: list[Snippet] = []
-    names: list[str] = []
-    at: tuple[Chunk | None, list[str]] | None = None
-    mirrors: list[str] = []
-    if path is not None and req.line is not None:
-        at = finder.cursor_names(path, req.line - 1)
-        names = at[1]
-        cursor = [s for s in finder.around_cursor(path, req.line - 1, at=at)
-                  if not _pinned(s, req.pins)]
-        mirrors = finder.mirrored_sources(path)
-    # The graph's own order says which files the cursor's code reaches; an ask's order, what
-    # the cursor part shows first.
-    near = {s.path for s in cursor[:NEAR_FILES_FROM]}
-    graph = {s.key: s.score for s in cursor}
-    shown_first = finder.ranked_for_ask(cursor, near_files=near, mirror_files=mirrors)
+    reach = (cursor_reach(finder, path, req.line - 1, req.pins)
+             if path is not None and req.line is not None else CursorReach())
+    cursor, names, at = reach.graph_order, reach.names, reach.here
+    shown_first = finder.ranked_for_ask(cursor, near_files=reach.near,
+                                        mirror_files=reach.mirrors)
     cursor_focus = set(terms(" ".join(names)))
     cursor_code, used, cursor_whole = _choose(shown_first, budget.cursor_tokens, count,
                                               cursor_focus)
@@ -300,14 +321,14 @@ def code_inputs(
     # here; the function the cursor is in is where the user is, not what to show again.
     exclude = set(cursor_whole)
     shown = {s.chunk.name for s in cursor if s.key in cursor_whole}
-    if path is not None and at is not None and at[0] is not None:
-        exclude.add((path, at[0].def_line))
-        shown.add(at[0].name)
+    if path is not None and at is not None:
+        exclude.add((path, at.def_line))
+        shown.add(at.name)
     query = unanswered_part(req.question, shown)
     if not terms(query):
         return tuple(cursor_code), ()
-    hits = [s for s in finder.search(query, names, graph=graph, near_files=near,
-                                     mirror_files=mirrors, exclude=exclude)
+    hits = [s for s in finder.search(query, names, graph=reach.graph, near_files=reach.near,
+                                     mirror_files=reach.mirrors, exclude=exclude)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
     question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)
