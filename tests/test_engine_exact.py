@@ -26,7 +26,14 @@ from contextasm.manifest import common_prefix_length
 from engine import CancelledError, load_profile, open_session
 from engine.errors import UnsupportedCapabilityError
 from engine.llama import invariance
-from engine.llama.session import TAIL_PIECE, invariant_batches, reusable_tokens
+from engine.llama.session import (
+    TAIL_PIECE,
+    invariant_batches,
+    reusable_tokens,
+    tile_boundary,
+    tiled_batches,
+    tiled_reusable,
+)
 
 N_GEN = 16
 
@@ -35,8 +42,8 @@ N_GEN = 16
 SETTINGS = [
     ("t1-fa_off-u512", {"context.n_threads": 1, "context.n_threads_batch": 1,
                         "context.n_ubatch": 512}),
-    ("t2-fa_on-u128", {"context.n_threads": 2, "context.n_threads_batch": 2,
-                       "context.flash_attn": "on"}),
+    ("t2-fa_on-u256", {"context.n_threads": 2, "context.n_threads_batch": 2,
+                       "context.flash_attn": "on", "context.n_ubatch": 256}),
     ("t2-fa_off-b96-u64", {"context.n_batch": 96, "context.n_ubatch": 64}),
     ("t2-chunked32-b96", {"cache.exact_schedule": "chunked", "context.n_batch": 96,
                           "context.n_ubatch": 96}),
@@ -59,6 +66,8 @@ def setting(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any
     with open_session(prof) as session:
         if request.param[1].get("cache.exact_schedule") == "chunked":
             assert session.schedule.kind == "chunked"
+        else:  # measured invariant (flash attention: two regimes on the CPUs seen)
+            assert session.schedule.kind == "invariant", session.schedule
         yield session, overrides
 
 
@@ -74,17 +83,46 @@ def _cold(s: Any, toks: list[int]) -> tuple[bytes, list[int]]:
 
 
 def _unit(s: Any) -> int:
-    """A length scale for the prompts: the chunk, or 32 under token-granular reuse."""
-    return max(32, s.reuse_granularity)
+    """A length scale for the prompts: the chunk, the tile of a two-regime schedule, or 32
+    under token-granular reuse."""
+    return max(32, s.reuse_granularity, s.schedule.tile)
+
+
+def _edge(s: Any, n: int) -> int:
+    """Two-regime schedule: a cold prefill of ``n`` tokens computes the tokens before this in
+    tile-sized micro-batches, the rest (at least a minimum micro-batch) in small ones."""
+    return _edge_of(n, s.schedule.tile, s.schedule.min_batch)
+
+
+def _edge_of(n: int, tile: int, min_batch: int) -> int:
+    return max(0, (n - min_batch) // tile * tile)
 
 
 def _whole(s: Any, n: int) -> int:
     """Of ``n`` tokens prefilled in one cold prefill, what exact reuse counts as computed the
     way any longer prompt's cold prefill computes them: whole chunks (chunked), everything
-    (invariant, when the prompt filled at least one minimum micro-batch)."""
+    (invariant, when the prompt filled at least one minimum micro-batch), the tile-sized
+    batches' part (two-regime)."""
+    if s.schedule.kind == "invariant" and s.schedule.tile:
+        return _edge(s, n)
     if s.schedule.kind == "invariant":
         return n if n >= s.schedule.min_batch else 0
     return n // s.reuse_granularity * s.reuse_granularity
+
+
+def _kept_two_regime(t: int, m: int, common: int, prefilled: int, prompt_len: int) -> int:
+    """The longest prefix a warm prefill may keep of a resident sequence whose first
+    ``prefilled`` tokens came from one cold prefill, found by trying every length: each kept
+    token was computed in the regime the prompt's cold prefill computes it in, what is left
+    before the prompt's edge fills a tile-sized batch, a minimum micro-batch is left."""
+    old, new = _edge_of(prefilled, t, m), _edge_of(prompt_len, t, m)
+    computed = prefilled if prefilled >= m else 0  # a shorter prompt's batch is not reusable
+    for k in range(min(common, computed), -1, -1):
+        same_regime = all((p < old) == (p < new) for p in range(k))
+        fills = k >= new or new - k >= t
+        if same_regime and fills and (prompt_len - k >= m or k == 0):
+            return k
+    return 0
 
 
 def _kept(s: Any, resident: list[int], prefilled: int, prompt: list[int]) -> int:
@@ -93,6 +131,9 @@ def _kept(s: Any, resident: list[int], prefilled: int, prompt: list[int]) -> int
     prefilled tokens, leaving a minimum micro-batch to compute. Chunked: the whole chunks, and
     the whole tail pieces when ``prompt`` ends inside the same partial chunk."""
     common = common_prefix_length(resident, prompt)
+    if s.schedule.kind == "invariant" and s.schedule.tile:
+        return _kept_two_regime(s.schedule.tile, s.schedule.min_batch, common, prefilled,
+                                len(prompt))
     if s.schedule.kind == "invariant":
         return max(0, min(common, _whole(s, prefilled), len(prompt) - s.schedule.min_batch))
     unit = s.reuse_granularity
@@ -163,10 +204,29 @@ def test_a_prompt_growing_a_few_tokens_at_a_time(setting: Any, text: str) -> Non
         assert warm == _cold(s, base[:end])
         s.reset()
         s.prefill(base[:end])  # back to where the keystroke left the session
-    if s.schedule.kind == "invariant":  # token by token, a minimum micro-batch recomputed
+    if s.schedule.tile:  # a minimum micro-batch recomputed, a tile where the edge moved
+        assert reused[:-1] == [e - s.schedule.min_batch for e in ends[1:-1]]
+        assert _edge(s, ends[-1]) > _edge(s, ends[-2])
+        assert ends[-1] - reused[-1] >= s.schedule.tile
+    elif s.schedule.kind == "invariant":  # token by token, a minimum micro-batch recomputed
         assert reused == [e - s.schedule.min_batch for e in ends[1:]]
     elif TAIL_PIECE < unit and unit % TAIL_PIECE == 0:
         assert max(reused) > 2 * unit  # pieces of the partial chunk were reused
+
+
+def test_a_shorter_prompt_after_a_longer_one(setting: Any, text: str) -> None:
+    """A deletion: the prompt is a prefix of the resident one, ending a chunk or tile earlier.
+    Only what its cold prefill computes the same way is kept."""
+    s, _ = setting
+    base = s.tokenize(text, add_bos=True)
+    unit = _unit(s)
+    long, short = base[: 4 * unit + 20], base[: 3 * unit - 5]
+    cold = _cold(s, short)
+    s.reset()
+    s.prefill(long)
+    r = s.prefill(short)
+    assert r.reused_tokens == _kept(s, long, len(long), short) > 0
+    assert _logits_and_tokens(s) == cold
 
 
 def test_branch_restore(setting: Any, text: str) -> None:
@@ -331,6 +391,33 @@ def test_invariant_batches_cover_the_suffix_in_micro_batches_of_at_least_the_min
         # Only a suffix shorter than the minimum is one smaller micro-batch (not reusable).
         assert (kind == "chunks") == (stop - start >= min_batch)
         assert kind == "chunks" or len(batches) == 1
+
+
+@given(common=st.integers(0, 400), prefilled=st.integers(0, 400), grow=st.integers(-200, 300),
+       size=st.sampled_from([128, 256]), tile=st.sampled_from([32, 64]),
+       min_batch=st.sampled_from([8, 12]))
+def test_two_regime_reuse_keeps_the_longest_prefix_the_cold_prefill_computes_alike(
+        common: int, prefilled: int, grow: int, size: int, tile: int, min_batch: int) -> None:
+    """``tiled_reusable`` against trying every length; then the batches from there put every
+    token in the regime a cold prefill of the prompt puts it in."""
+    prompt_len = max(1, prefilled + grow)
+    common = min(common, prefilled, prompt_len)
+    exact = tile_boundary(prefilled, tile, min_batch)
+    pieces = prefilled if prefilled >= min_batch else exact
+    kept = tiled_reusable(common, prompt_len, exact, pieces, tile, min_batch)
+    assert kept == _kept_two_regime(tile, min_batch, common, prefilled, prompt_len)
+    edge = tile_boundary(prompt_len, tile, min_batch)
+    cold = tiled_batches(0, prompt_len, size, tile, min_batch)
+    warm = tiled_batches(kept, prompt_len, size, tile, min_batch)
+    for batches in (cold, warm):
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
+        assert batches[-1][1] == prompt_len
+        for start, stop, kind in batches:
+            big = stop - start >= tile
+            assert big == (stop <= edge) and stop - start <= size  # the regime is the cold one
+            assert (kind == "rest") == (stop - start < min_batch) and (kind != "rest" or
+                                                                    len(cold) == 1)
+    assert warm[0][0] == kept and cold[0][0] == 0
 
 
 def test_the_probe_splits_put_tokens_in_micro_batches_of_the_candidate_size() -> None:

@@ -107,8 +107,16 @@ class ExactSchedule:
     chunk: int
     min_batch: int = 1
     fallback: str | None = None
+    tile: int = 0
+    """Invariant schedule with two regimes (0: one): micro-batches of ``tile`` tokens or more
+    compute a token one way, smaller ones (from ``min_batch``) another, each invariant within
+    itself (CPU flash attention: tiles of 64 query rows, or row by row). A prompt's tokens up
+    to ``tile_boundary`` go through the first, the last few through the second."""
 
     def describe(self) -> str:
+        if self.kind == "invariant" and self.tile:
+            return (f"exact: invariant from {self.min_batch}-token micro-batches, "
+                    f"{self.tile}-token tiles up to the last {self.min_batch}-{self.tile + self.min_batch - 1} tokens")
         if self.kind == "invariant":
             return f"exact: invariant from {self.min_batch}-token micro-batches"
         if self.kind == "chunked":
@@ -118,7 +126,7 @@ class ExactSchedule:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "chunk": self.chunk, "minBatch": self.min_batch,
-                "description": self.describe()}
+                "tile": self.tile, "description": self.describe()}
 
 
 #: The piece size of a prompt's last, partial chunk under exact reuse (see the module doc): a
@@ -159,6 +167,46 @@ def invariant_batches(pos: int, end: int, size: int, min_batch: int
     if start < end:
         out.append((start, end, "chunks" if end - start >= min_batch else "rest"))
     return out
+
+
+def tile_boundary(n: int, tile: int, min_batch: int) -> int:
+    """Under the two-regime invariant schedule, where a cold prefill of ``n`` tokens stops
+    computing in tile-sized micro-batches: the last multiple of ``tile`` that leaves at least
+    ``min_batch`` tokens after it (those, 8 to ``tile + min_batch - 1``, go in small ones).
+    A multiple of ``tile``, so a prompt that grows keeps it for ``tile`` tokens."""
+    return max(0, (n - min_batch) // tile * tile)
+
+
+def tiled_batches(pos: int, end: int, size: int, tile: int, min_batch: int
+                  ) -> list[tuple[int, int, BatchKind]]:
+    """The two-regime schedule's micro-batches for ``pos..end-1`` (``pos`` as ``tiled_reusable``
+    leaves it): up to ``tile_boundary`` in batches of ``tile`` to ``size`` tokens ("chunks"),
+    then in batches of ``min_batch`` to ``tile - 1`` ("piece"; "rest" below ``min_batch``)."""
+    edge = tile_boundary(end, tile, min_batch)
+    assert pos >= edge or edge - pos >= tile, (pos, edge, tile)
+    out: list[tuple[int, int, BatchKind]] = []
+    if pos < edge:
+        out += invariant_batches(pos, edge, size, tile)
+    out += [(a, b, "piece" if kind == "chunks" else kind)
+            for a, b, kind in invariant_batches(max(pos, edge), end, tile - 1, min_batch)]
+    return out
+
+
+def tiled_reusable(common: int, prompt_len: int, exact: int, pieces: int, tile: int,
+                   min_batch: int) -> int:
+    """Of ``common`` leading tokens shared with a resident sequence computed in tile-sized
+    micro-batches up to ``exact`` and in small ones from there up to ``pieces``, how many a
+    prefill of a ``prompt_len``-token prompt keeps under the two-regime schedule: those its
+    cold prefill computes in the same regime, so that what is left to compute before its
+    ``tile_boundary`` fills at least one tile-sized batch and at least ``min_batch`` tokens
+    are left after it."""
+    edge = tile_boundary(prompt_len, tile, min_batch)
+    keep = min(common, exact, edge)
+    if keep == edge == exact:  # same boundary: the small batches after it are the cold ones
+        return max(keep, min(common, pieces, prompt_len - min_batch))
+    if 0 < edge - keep < tile:
+        keep = max(0, edge - tile)
+    return keep
 
 
 
@@ -268,6 +316,12 @@ class LlamaSession(SnapshotLayer):
             self._create_context()
             min_batch = self._measured_min_batch(n_ubatch)
             if min_batch is not None and 2 * min_batch <= n_ubatch:
+                # Smaller micro-batches may be invariant among themselves (another kernel
+                # path): then only the last tokens need a small one, not a whole tile.
+                small = (self._measured_min_batch(min_batch - 1)
+                         if min_batch > invariance.CANDIDATES[0] else None)
+                if small is not None and 2 * small <= min_batch - 1:
+                    return ExactSchedule("invariant", chunk=1, min_batch=small, tile=min_batch)
                 return ExactSchedule("invariant", chunk=1, min_batch=min_batch)
             why = ("not batch-invariant at any micro-batch size tried "
                    f"({', '.join(map(str, invariance.CANDIDATES))}) on this CPU")
@@ -283,9 +337,6 @@ class LlamaSession(SnapshotLayer):
         needed), or None. A short probe can miss such a kernel: its differences are often
         below the f16 rounding of the KV cache, so these are never left to it."""
         p = self.profile
-        if str(p.get("context.flash_attn")) != "off":
-            return ("flash attention: its CPU kernel computes a query row by its place in "
-                    "the micro-batch (tiles of rows, the rest row by row)")
         if bool(p.get("context.repack_weights")):
             return ("repacked weights: the GEMM tiles and the GEMV for the columns left over "
                     "round a token by its column in the micro-batch")
@@ -666,6 +717,9 @@ class LlamaSession(SnapshotLayer):
         common = common_prefix_length(resident.tokens, toks)
         if self.schedule.kind == "off":
             return max(0, min(common, len(toks) - 1))
+        if self.schedule.kind == "invariant" and self.schedule.tile:
+            return tiled_reusable(common, len(toks), exact, pieces, self.schedule.tile,
+                                  self.schedule.min_batch)
         if self.schedule.kind == "invariant":
             # Keep what was computed in micro-batches of at least min_batch, leaving at least
             # min_batch tokens to compute: then every micro-batch of the warm prefill is one
@@ -712,6 +766,9 @@ class LlamaSession(SnapshotLayer):
         if self.schedule.kind == "off":  # chunk = 1: everything counts as computed
             return [(s, min(s + self._n_batch, end), "chunks")
                     for s in range(pos, end, self._n_batch)]
+        if self.schedule.kind == "invariant" and self.schedule.tile:
+            return tiled_batches(pos, end, self._n_batch, self.schedule.tile,
+                                 self.schedule.min_batch)
         if self.schedule.kind == "invariant":
             return invariant_batches(pos, end, self._n_batch, self.schedule.min_batch)
         full_end = end // self._chunk * self._chunk
