@@ -115,8 +115,9 @@ class ExactSchedule:
 
     def describe(self) -> str:
         if self.kind == "invariant" and self.tile:
-            return (f"exact: invariant from {self.min_batch}-token micro-batches, "
-                    f"{self.tile}-token tiles up to the last {self.min_batch}-{self.tile + self.min_batch - 1} tokens")
+            return (f"exact: invariant in two regimes: micro-batches of {self.tile}+ tokens "
+                    f"up to the prompt's last {self.min_batch}-"
+                    f"{self.tile + self.min_batch - 1}, of {self.min_batch}+ for those")
         if self.kind == "invariant":
             return f"exact: invariant from {self.min_batch}-token micro-batches"
         if self.kind == "chunked":
