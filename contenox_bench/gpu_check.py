@@ -81,19 +81,22 @@ def _engine_round(s: Any, toks: list[int]) -> dict[str, Any]:
 
 
 def _probe(s: Any) -> dict[str, Any]:
-    """The invariance probe per candidate size: do all splits give the one-batch result? At
-    most one micro-batch long (``n_ubatch``), as the engine's own probe: a longer batch is
-    split by llama.cpp into micro-batches whose remainders can be smaller than the size
-    probed, and then differ for that reason alone."""
+    """The invariance probe per candidate size: do all splits give the reference result? In
+    micro-batches of at most ``n_ubatch``, none under the candidate, as the engine's own
+    probe (``invariance.find_min_batch``): a longer batch would be split by llama.cpp into
+    micro-batches whose remainders can be smaller than the size probed."""
     max_batch = int(s.profile.get("context.n_ubatch"))
     probe = s.tokenize(invariance.PROBE_TEXT, add_bos=True)
     out: dict[str, Any] = {"max_batch": max_batch}
-    first = s._probe_run(probe, [invariance.probe_length(8, max_batch)])
-    out["deterministic"] = first == s._probe_run(probe, [invariance.probe_length(8, max_batch)])
+    first_sizes = invariance.within([invariance.probe_length(8)], max_batch, 8)
+    first = s._probe_run(probe, first_sizes)
+    out["deterministic"] = first == s._probe_run(probe, first_sizes)
     for k in invariance.CANDIDATES:
-        n = invariance.probe_length(k, max_batch)
-        reference = s._probe_run(probe, [n])
-        out[str(k)] = all(s._probe_run(probe, sizes) == reference
+        if max_batch < 2 * k:
+            break
+        n = invariance.probe_length(k)
+        reference = s._probe_run(probe, invariance.within([n], max_batch, k))
+        out[str(k)] = all(s._probe_run(probe, invariance.within(sizes, max_batch, k)) == reference
                           for sizes in invariance.splits(k, n))
     return out
 

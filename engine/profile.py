@@ -169,13 +169,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "context", "tensor_split", [], _float_list, "a list of non-negative numbers", "GPU split"
     ),
-    # Off by default: llama.cpp's CPU flash-attention kernel gives results that depend on how a
-    # prompt is split into batches (measured: logits differ by up to 1.5 between a 400+12 and a
-    # 412-token prefill), which breaks the warm == cold greedy gate of prefix reuse.
+    # On by default: llama.cpp's CPU flash-attention kernel computes a query row one way in
+    # micro-batches of 64+ tokens (tiles) and another in smaller ones, each batch-invariant,
+    # which exact reuse's two-regime schedule keeps apart (engine/README.md); it skips the
+    # sliding-window layers' masked cells, so prefill at depth and decode are faster.
     FieldSpec(
         "context",
         "flash_attn",
-        "off",
+        "on",
         _one_of(*FLASH_ATTN),
         " | ".join(FLASH_ATTN),
         "flash attention",

@@ -422,7 +422,13 @@ def test_two_regime_reuse_keeps_the_longest_prefix_the_cold_prefill_computes_ali
 
 def test_the_probe_splits_put_tokens_in_micro_batches_of_the_candidate_size() -> None:
     for k in invariance.CANDIDATES:
-        n = invariance.probe_length(k, 512)
-        for sizes in invariance.splits(k, n):
-            assert sum(sizes) == n and min(sizes) >= k
-            assert {k, k + 1, k + 3} & set(sizes)
+        n = invariance.probe_length(k)
+        for max_batch in (2 * k, 2 * k + 5, 128, 512):
+            if max_batch < 2 * k:
+                continue
+            reference = invariance.within([n], max_batch, k)
+            assert sum(reference) == n and k <= min(reference) and max(reference) <= max_batch
+            for sizes in invariance.splits(k, n):
+                parts = invariance.within(sizes, max_batch, k)
+                assert sum(parts) == n and min(parts) >= k and max(parts) <= max_batch
+                assert {k, k + 1, k + 3} & set(parts)

@@ -55,9 +55,10 @@ PROBE_TEXT = '''def dedent(text):
 RunFn = Callable[[Sequence[int]], bytes]
 
 
-def probe_length(k: int, max_batch: int) -> int:
-    """The probe prompt for candidate ``k``: a few micro-batches long, one at most."""
-    return min(4 * k + 40, max_batch)
+def probe_length(k: int) -> int:
+    """The probe prompt's length for candidate ``k``: room for three micro-batches of it and
+    some more."""
+    return 4 * k + 40
 
 
 def splits(k: int, n: int) -> list[list[int]]:
@@ -67,16 +68,30 @@ def splits(k: int, n: int) -> list[list[int]]:
     return [[a, k, n - a - k], [n - k - 1, k + 1], [k + 3, n - k - 3]]
 
 
+def within(sizes: Sequence[int], max_batch: int, k: int) -> list[int]:
+    """``sizes`` with every part over ``max_batch`` cut into micro-batches of at most that,
+    none under ``k`` (the last of a part borrows from the one before; ``max_batch >= 2k``)."""
+    out: list[int] = []
+    for size in sizes:
+        while size > max_batch:
+            take = max_batch if size - max_batch >= k else size - k
+            out.append(take)
+            size -= take
+        out.append(size)
+    return out
+
+
 def find_min_batch(run: RunFn, max_batch: int) -> int | None:
     """The smallest candidate size from which micro-batches are invariant (see the module
-    doc), or None. The reference decodes the probe prompt as one micro-batch of at most
-    ``max_batch`` tokens; a candidate needs room for three of its size in it."""
+    doc), or None. The reference decodes the probe prompt in micro-batches of ``max_batch``
+    (one where it fits), each split in micro-batches of at most that; every part of either
+    is at least the candidate, so a candidate needs ``max_batch >= 2k``."""
     for k in CANDIDATES:
-        n = probe_length(k, max_batch)
-        if n < 3 * k + 3:
+        if max_batch < 2 * k:
             break
-        reference = run([n])
-        if all(run(sizes) == reference for sizes in splits(k, n)):
+        n = probe_length(k)
+        reference = run(within([n], max_batch, k))
+        if all(run(within(sizes, max_batch, k)) == reference for sizes in splits(k, n)):
             return k
     return None
 
@@ -91,9 +106,14 @@ def kernel_settings(profile: Any) -> dict[str, object]:
             "n_threads_batch": profile.get("context.n_threads_batch")}
 
 
+#: Part of every cache key: a probe that measures differently measures anew (2: micro-batches
+#: of at most the maximum, the reference included, instead of one reference batch).
+PROBE_VERSION = 2
+
+
 def probe_key(**facts: object) -> str:
     """The cache key of one probe: everything that selects kernels or their rounding."""
-    text = json.dumps(facts, sort_keys=True, default=str)
+    text = json.dumps({**facts, "probe_version": PROBE_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
