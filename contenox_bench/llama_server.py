@@ -165,12 +165,13 @@ class RunningServer:
 
 def start(model: Path, *, log_path: Path, port: int | None = None, n_ctx: int = 8192,
           slots: int = 1, threads: int | None = None, ubatch: int | None = 32,
-          extra: Sequence[str] = (),
+          flash_attn: str = "off", extra: Sequence[str] = (),
           ready_timeout_s: float = 120.0) -> RunningServer:
     """Start llama-server on 127.0.0.1 with ``model`` and wait until ``/health`` says ok.
 
     ``--swa-full`` (every position of a sliding-window model reusable, as the in-process
-    engine runs Gemma 3), flash attention off (the engine's default), micro-batches of
+    engine runs Gemma 3), flash attention ``flash_attn`` (off: the remote backend's
+    warm == cold with ``remote.reuse_chunk`` was established with it), micro-batches of
     ``ubatch`` (a profile's ``remote.reuse_chunk`` equal to it gives warm == cold), batches of
     256 (a cancelled prefill ends within one) — or, with ``ubatch=None``, llama-server's own
     batch defaults (``-b 2048 -ub 512``) — ``-c`` = ``n_ctx`` × ``slots`` (llama-server
@@ -179,7 +180,7 @@ def start(model: Path, *, log_path: Path, port: int | None = None, n_ctx: int = 
     cmd = [
         str(binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "-c", str(n_ctx * slots), "-np", str(slots), "--swa-full", "--no-webui",
-        "--flash-attn", "off",  # as the engine's default: the tiled kernel switches by batch size
+        "--flash-attn", flash_attn,
         *(() if ubatch is None else
           ("-ub", str(ubatch), "-b", str(max(ubatch, 256) // ubatch * ubatch))),
         "-t", str(threads or os.cpu_count() or 2),

@@ -58,7 +58,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
     progress.note("remote: starting llama-server")
     # llama-server with its own batch defaults: the comparison a user makes (issue 29).
     server = llama_server.start(resolve_model_path(profile), log_path=tmp / "llama-server.log",
-                                n_ctx=profile.n_ctx, threads=threads, ubatch=None)
+                                n_ctx=profile.n_ctx, threads=threads, ubatch=None,
+                                flash_attn=str(profile.get("context.flash_attn")))
     try:
         remote_profile = profile.with_overrides(
             {"profile.backend": "llama-server", "remote.url": server.url,
@@ -90,7 +91,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         "engine_schedule": session.exact_reuse,
         "note": "engine_over_server is the in-process engine's median tokens/s ÷ llama-server's "
                 "own (above 1: the engine is faster). Same llama.cpp commit, built the same way "
-                "(native), same threads, flash attention off; llama-server runs with its own "
+                "(native), same threads, the same flash-attention setting "
+                f"({profile.get('context.flash_attn')}); llama-server runs with its own "
                 "batch defaults (-b 2048 -ub 512, "
                 + ("repacked weights" if llama_server.repacks() else
                    "--no-repack: llama.cpp's AMX kernels crash on this CPU") +

@@ -3,6 +3,7 @@ reuse, the prompt layout, and FIM-token detection on real vocabularies."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,22 @@ def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
     tokens = s.tokenize(SOURCE[:3000], add_bos=True)[:300]
     s.reset()
     steps: list[int] = []
+    computed = s.metrics.new_tokens_total
     stats = chunked_prefill(s, tokens, job, steps.append, step=128)
-    assert steps == [128, 256, 300]
+    computed = s.metrics.new_tokens_total - computed
+    exact = s.exact_reuse or {}
+    tile, min_batch = exact.get("tile") or 0, exact.get("minBatch") or 1
+    if tile:  # two regimes: a step ends a minimum micro-batch past a tile boundary, and the
+        # next one computes again only those (in a tile-sized micro-batch)
+        assert [(e - min_batch) % tile for e in steps[:-1]] == [0, 0] and steps[-1] == 300
+        assert 128 <= steps[0] < 128 + tile
+        # A step whose edge passes the last one's small micro-batches computes them again.
+        again = [a for a, b in itertools.pairwise(steps)
+                 if (b - min_batch) // tile * tile > a - min_batch]
+        assert again and computed == 300 + min_batch * len(again)
+    else:
+        assert steps == [128, 256, 300]
+        assert computed == 300
     assert stats.new_tokens == 300
     assert 0 < stats.last_step_ms < stats.prefill_ms
     assert stats.last_step_ms == s.metrics.last_prefill.prefill_ms

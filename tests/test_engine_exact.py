@@ -41,10 +41,11 @@ N_GEN = 16
 # keeps warm == cold: the measured invariant one (default) and the chunked one.
 SETTINGS = [
     ("t1-fa_off-u512", {"context.n_threads": 1, "context.n_threads_batch": 1,
-                        "context.n_ubatch": 512}),
+                        "context.n_ubatch": 512, "context.flash_attn": "off"}),
     ("t2-fa_on-u256", {"context.n_threads": 2, "context.n_threads_batch": 2,
                        "context.flash_attn": "on", "context.n_ubatch": 256}),
-    ("t2-fa_off-b96-u64", {"context.n_batch": 96, "context.n_ubatch": 64}),
+    ("t2-fa_off-b96-u64", {"context.n_batch": 96, "context.n_ubatch": 64,
+                           "context.flash_attn": "off"}),
     ("t2-chunked32-b96", {"cache.exact_schedule": "chunked", "context.n_batch": 96,
                           "context.n_ubatch": 96}),
     ("t1-chunked128-fa_on", {"context.n_threads": 1, "context.n_threads_batch": 1,
@@ -110,12 +111,15 @@ def _whole(s: Any, n: int) -> int:
     return n // s.reuse_granularity * s.reuse_granularity
 
 
-def _kept_two_regime(t: int, m: int, common: int, prefilled: int, prompt_len: int) -> int:
+def _kept_two_regime(t: int, m: int, common: int, prefilled: int, prompt_len: int,
+                     old: int | None = None) -> int:
     """The longest prefix a warm prefill may keep of a resident sequence whose first
-    ``prefilled`` tokens came from one cold prefill, found by trying every length: each kept
-    token was computed in the regime the prompt's cold prefill computes it in, what is left
-    before the prompt's edge fills a tile-sized batch, a minimum micro-batch is left."""
-    old, new = _edge_of(prefilled, t, m), _edge_of(prompt_len, t, m)
+    ``prefilled`` tokens came from one cold prefill (``old``: where its tile-sized
+    micro-batches ended, if not there), found by trying every length: each kept token was
+    computed in the regime the prompt's cold prefill computes it in, what is left before the
+    prompt's edge fills a tile-sized batch, a minimum micro-batch is left."""
+    old = _edge_of(prefilled, t, m) if old is None else old
+    new = _edge_of(prompt_len, t, m)
     computed = prefilled if prefilled >= m else 0  # a shorter prompt's batch is not reusable
     for k in range(min(common, computed), -1, -1):
         same_regime = all((p < old) == (p < new) for p in range(k))
@@ -123,6 +127,21 @@ def _kept_two_regime(t: int, m: int, common: int, prefilled: int, prompt_len: in
         if same_regime and fills and (prompt_len - k >= m or k == 0):
             return k
     return 0
+
+
+def _snapshot_whole(s: Any, n: int) -> int:
+    """How many of ``n`` tokens of one cold prefill a snapshot holds."""
+    if s.schedule.kind == "invariant" and s.schedule.tile and n >= s.schedule.tile:
+        return n
+    return _whole(s, n)
+
+
+def _kept_after_snapshot(s: Any, whole: int, prompt_len: int) -> int:
+    """What a prompt that extends a restored snapshot of ``whole`` tokens keeps of it."""
+    if s.schedule.kind == "invariant" and s.schedule.tile:
+        return _kept_two_regime(s.schedule.tile, s.schedule.min_batch, whole, whole,
+                                prompt_len, old=whole)
+    return whole
 
 
 def _kept(s: Any, resident: list[int], prefilled: int, prompt: list[int]) -> int:
@@ -259,11 +278,12 @@ def test_snapshot_restore_into_a_busy_session(setting: Any, text: str) -> None:
         s.branch_save("other")
         s.prefill(s.tokenize(text[6000:], add_bos=True)[:90])
         s.load_snapshot(snap)
-    # A snapshot holds what exact reuse may reuse (chunked: whole chunks only).
-    whole = _whole(s, len(prefix))
+    # A snapshot holds what exact reuse may reuse (chunked: whole chunks only; two regimes:
+    # every prefilled token, those of the small micro-batches computed again in a tile).
+    whole = _snapshot_whole(s, len(prefix))
     assert s.resident_tokens == prefix[:whole]
     r = s.prefill(full)
-    assert r.reused_tokens == whole
+    assert r.reused_tokens == _kept_after_snapshot(s, whole, len(full))
     assert _logits_and_tokens(s) == cold
     s.branch_drop("other")
 
@@ -305,8 +325,10 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
     unit = _unit(s)
     base = s.tokenize(text, add_bos=True)
     prefix = base[: n_swa + 2 * unit + 7]  # ends inside a chunk: reuse rolls back 7 tokens
-    full = prefix + s.tokenize("\n# In one sentence, the code above:\n")
-    whole = _whole(s, len(prefix))
+    # Long enough that, under two regimes, its cold prefill computes the whole prefix in
+    # tile-sized micro-batches (a restored window cannot be rolled back into to make one).
+    full = prefix + s.tokenize("\n# In one sentence, the code above:\n" * 16)
+    whole = _snapshot_whole(s, len(prefix))
     cold = _cold(s, full)
 
     s.reset()
@@ -342,7 +364,8 @@ def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) 
         s.prefill(base[:1] + base[900 : 900 + 200])
         s.load_snapshot(snap)
     r = s.prefill(full)
-    assert (r.reused_tokens, r.miss_reason) == (whole, None)
+    assert (r.reused_tokens, r.miss_reason) == (_kept_after_snapshot(s, whole, len(full)), None)
+    assert r.reused_tokens == whole
     assert _logits_and_tokens(s) == cold
 
 
@@ -373,7 +396,8 @@ def test_a_cpu_that_rounds_differently_over_a_restored_window_refuses_such_snaps
             with pytest.raises(UnsupportedCapabilityError, match="more than the sliding window"):
                 s.load_snapshot(snap)
             assert s.resident_tokens == short
-            assert s.save_snapshot(Path(tmp) / "short.snap").tokens == _whole(s, len(short))
+            saved = s.save_snapshot(Path(tmp) / "short.snap")
+            assert saved.tokens == _snapshot_whole(s, len(short))
     finally:
         s._window_exact = measured
 

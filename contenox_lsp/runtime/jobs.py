@@ -56,10 +56,18 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
     miss: str | None = None
     prefill_ms = 0.0
     unit = max(1, session.reuse_granularity)
+    exact = session.exact_reuse or {}
+    tile, min_batch = int(exact.get("tile") or 0), int(exact.get("minBatch") or 1)
     while True:
         job.check()
         if len(tokens) - pos <= step:
             end = len(tokens)
+        elif tile:
+            # Two regimes (engine/README.md): a step's last tokens are computed in small
+            # micro-batches and the next step computes them again in tile-sized ones; ending
+            # a minimum micro-batch past a tile boundary (at most a tile past the step) leaves
+            # only that many to redo.
+            end = -(-(pos + step - min_batch) // tile) * tile + min_batch
         else:
             # A step ends on a reuse-block boundary (the start may be a piece inside one):
             # the next step then reuses it whole.

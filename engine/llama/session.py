@@ -711,6 +711,29 @@ class LlamaSession(SnapshotLayer):
         best = self._best_branch(toks, self.identity)
         return max(n, best[1]) if best is not None else n
 
+    def _snapshot_tokens(self) -> int:
+        if self.schedule.tile and self._live.pieces >= self.schedule.tile:
+            return self._live.pieces
+        return super()._snapshot_tokens()
+
+    def _settle_for_snapshot(self) -> None:
+        """Two regimes: the tokens after the live sequence's edge were computed in small
+        micro-batches, as a cold prefill of this very prompt does; a longer prompt computes
+        them in tile-sized ones. Compute them so (with the tokens before them that make a
+        tile), so that a snapshot holds every prefilled token exactly as any prompt that
+        extends it needs it."""
+        live, tile = self._live, self.schedule.tile
+        if not tile or live.exact == live.pieces or live.pieces < tile:
+            return
+        end = live.pieces
+        start = min(live.exact, end - tile)
+        tokens = live.tokens[start:end]
+        llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, start, -1)
+        live.cut(start)
+        self._logits_ready = False
+        self._decode_chunk(tokens, start, logits_last=False, stage="snapshot")
+        live.commit(tokens, "chunks")
+
     def _reusable(self, resident: Computed, toks: Sequence[int]) -> int:
         """How many of the ``resident`` tokens a prefill of ``toks`` keeps under this
         session's schedule (module doc)."""

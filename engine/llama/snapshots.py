@@ -75,19 +75,29 @@ class SnapshotLayer(BranchLayer):
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         raise NotImplementedError
 
+    def _snapshot_tokens(self) -> int:
+        """How many live tokens a snapshot would hold (the schedule's rule)."""
+        return self._live.exact if self._exact else len(self._live)
+
+    def _settle_for_snapshot(self) -> None:
+        """Make the live sequence's ``_snapshot_tokens`` all reusable by a longer prompt (a
+        schedule that computes a prompt's last tokens another way does it again here)."""
+
     def save_snapshot(self, path: str | Path) -> SnapshotResult:
         """Write the live sequence's KV state with its identity, tokens and a checksum.
 
         Under exact reuse only the whole chunks are saved, and the live sequence is cut back to
         them first: a partial last chunk or generated tokens would be recomputed by the next
         prefill anyway, and llama.cpp saves only the sliding window's cells, so a restored
-        prefix can be extended but not rolled back into.
+        prefix can be extended but not rolled back into. Under the two-regime schedule every
+        prefilled token is saved: those of the last small micro-batches are computed again in
+        a tile-sized one first, as any longer prompt computes them.
         """
         with self._exclusive("save_snapshot"):
             live = self._live
             if self._ctx is None or not live.tokens or self._resident_identity is None:
                 raise InvalidSessionStateError("nothing resident to snapshot", resident=len(live))
-            saved = live.exact if self._exact else len(live)
+            saved = self._snapshot_tokens()
             if self._past_window(saved) and not self._restored_window_exact():
                 raise UnsupportedCapabilityError(
                     f"a snapshot of more than {self._model.n_swa} tokens (the sliding window) "
@@ -95,6 +105,7 @@ class SnapshotLayer(BranchLayer):
                     "cells, and this CPU's attention kernels round differently over that "
                     "layout", capability="snapshots_past_window", tokens=saved,
                     window=self._model.n_swa)
+            self._settle_for_snapshot()
             if self._exact and live.exact < len(live):
                 if live.exact == 0:
                     raise InvalidSessionStateError(
