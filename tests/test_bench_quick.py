@@ -102,9 +102,9 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     kinds = {row["key"]: row["exact_reuse"]["kind"] for row in sch["rows"]}
     assert kinds["landed"] == kinds["chunked"] == "chunked" and kinds["inexact"] == "off"
     assert kinds["invariant"] in ("invariant", "chunked")  # chunked: reported fallback
-    assert kinds["fa_off"] in ("invariant", "chunked")
+    assert kinds["flash"] in ("invariant", "chunked")
     flash = {row["key"]: row["overrides"].get("context.flash_attn") for row in sch["rows"]}
-    assert flash["fa_off"] == flash["landed"] == flash["chunked"] == "off"
+    assert flash["flash"] == "on" and flash["landed"] == flash["chunked"] == "off"
     assert all(_is_stat(row[k]) for row in sch["rows"]
                for k in ("cold_tok_s", "suffix_ms", "decode_tok_s"))
 

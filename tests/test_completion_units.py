@@ -192,13 +192,25 @@ def test_a_completion_after_branch_switches_equals_a_cold_run(llama_session: Any
     assert warm == s.generate(8).tokens
 
 
-def test_a_chunked_prefill_reports_its_last_step(llama_session: Any) -> None:
+@pytest.mark.parametrize("flash", [False, True], ids=["default", "flash attention"])
+def test_a_chunked_prefill_reports_its_last_step(llama_session: Any, flash: bool) -> None:
     """``prefill_ms`` sums every step; ``last_step_ms`` is the last one's (the engine's TTFT
     counts from the last step's start, so the ask's ``engineTtftMs`` adds the others)."""
+    if not flash:
+        _check_chunked_prefill(llama_session)
+        return
+    from engine import load_profile, open_session
+
+    prof = load_profile(None).with_overrides({"context.flash_attn": "on"}, source="test")
+    with open_session(prof) as s:
+        assert (s.exact_reuse or {}).get("tile")  # two regimes on the CPUs seen
+        _check_chunked_prefill(s)
+
+
+def _check_chunked_prefill(s: Any) -> None:
     from contenox_lsp.runtime.jobs import chunked_prefill
     from contenox_lsp.runtime.worker import Job, Priority
 
-    s = llama_session
     job = Job(fn=lambda *_: None, priority=Priority.USER, label="test")
     tokens = s.tokenize(SOURCE[:3000], add_bos=True)[:300]
     s.reset()

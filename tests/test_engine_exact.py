@@ -316,10 +316,21 @@ def test_resume_after_cancelled_prefill(setting: Any, text: str) -> None:
 
 
 
-def test_prefixes_longer_than_the_sliding_window(llama_session: Any, text: str) -> None:
+@pytest.fixture(scope="module")
+def flash_session() -> Iterator[Any]:
+    """Flash attention on: the two-regime schedule (on the CPUs seen)."""
+    prof = load_profile(None).with_overrides(
+        {"context.flash_attn": "on", "context.n_ubatch": 256}, source="test")
+    with open_session(prof) as session:
+        yield session
+
+
+@pytest.mark.parametrize("which", ["default", "flash attention"])
+def test_prefixes_longer_than_the_sliding_window(
+        which: str, llama_session: Any, flash_session: Any, text: str) -> None:
     """Gemma 3's sliding-window layers: a parked branch keeps every cell of its window, so it
     can be rolled back into; a snapshot (llama.cpp saves only the window) is extended as is."""
-    s = llama_session
+    s = llama_session if which == "default" else flash_session
     n_swa = s._model.n_swa
     assert n_swa > 0
     unit = _unit(s)

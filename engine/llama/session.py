@@ -17,6 +17,11 @@ measures it at load (``engine.llama.invariance``) and picks an ``ExactSchedule``
   Reuse is token by token: a prefill keeps the common prefix of what was prefilled (never
   generated tokens, which were decoded one at a time) and recomputes at least ``min_batch``
   tokens. Prefill runs in micro-batches of ``n_ubatch`` (128), at llama.cpp's full speed.
+  With two regimes (``ExactSchedule.tile``: CPU flash attention computes a token one way in
+  micro-batches of 64+ tokens and another in smaller ones, each invariant) a prompt is
+  computed in tile-sized micro-batches up to its edge (``tile_boundary``) and its last 8-71
+  tokens in small ones; reuse keeps what was computed in the regime the new prompt's cold
+  prefill uses (``tiled_reusable``).
 - **chunked** (``cache.exact_schedule = "chunked"``, or no size passed the measurement):
   round 2's schedule. Every prompt is decoded in micro-batches of ``cache.exact_chunk`` that
   start at its multiples, the last partial chunk in pieces of ``TAIL_PIECE`` then the rest;
