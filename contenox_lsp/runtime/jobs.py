@@ -56,8 +56,12 @@ def chunked_prefill(session: Session, tokens: list[int], job: Job,
     miss: str | None = None
     prefill_ms = 0.0
     unit = max(1, session.reuse_granularity)
-    exact = session.exact_reuse or {}
-    tile, min_batch = int(exact.get("tile") or 0), int(exact.get("minBatch") or 1)
+    tile = min_batch = 0
+    if len(tokens) - pos > step:
+        # Only a prefill of several steps needs the schedule (exact_reuse reads a cache file
+        # on some backends; a completion's one-step prefill should not).
+        exact = session.exact_reuse or {}
+        tile, min_batch = int(exact.get("tile") or 0), int(exact.get("minBatch") or 1)
     while True:
         job.check()
         if len(tokens) - pos <= step:
