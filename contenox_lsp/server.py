@@ -54,6 +54,7 @@ class ContenoxServer(LanguageServer):
         """Set up in ``initialized`` (handlers/lifecycle.py); None before and after shutdown."""
         self.pending_warnings: list[str] = []
         """initializationOptions problems, shown once the client can receive messages."""
+        self.watcher_task: asyncio.Future[None] | None = None  # the watched-files registration
         # Request id → the asyncio task doing its work, so $/cancelRequest reaches
         # handlers that pygls runs nested (workspace/executeCommand).
         self.inflight: dict[MsgId, asyncio.Task[Any]] = {}

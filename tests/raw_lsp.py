@@ -19,8 +19,20 @@ from test_framing import frame
 from test_lsp_support import FAST_OPTIONS, SERVER_COMMAND, server_env
 
 
+def notification(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def framed(*messages: Any) -> bytes:
+    """The messages framed back to back, for one write."""
+    return b"".join(frame(json.dumps(m).encode("utf-8")) for m in messages)
+
+
 class RawServer:
-    def __init__(self, root: Path, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, root: Path, options: dict[str, Any] | None = None, *,
+                 initialized: bool = True) -> None:
+        """Start the server and initialize it; ``initialized=False``: the test sends the
+        ``initialized`` notification itself (with other messages in the same write)."""
         self.root = root
         self.log_path = root.parent / f"raw-server-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
@@ -38,7 +50,8 @@ class RawServer:
             "initializationOptions": dict(FAST_OPTIONS, **(options or {})),
         })
         assert "result" in result, result
-        self.notify("initialized", {})
+        if initialized:
+            self.notify("initialized", {})
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -51,7 +64,7 @@ class RawServer:
         self.send_raw(frame(json.dumps(message).encode("utf-8")))
 
     def notify(self, method: str, params: Any) -> None:
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+        self.send(notification(method, params))
 
     def new_id(self) -> str:
         self._next_id += 1

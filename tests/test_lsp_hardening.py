@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raw_lsp import RawServer
+from raw_lsp import RawServer, framed, notification
 from test_framing import BAD_BODY, REPRODUCERS
 from test_framing import frame as frame_body
 from test_lsp_support import copy_stdlib_json
@@ -292,3 +292,40 @@ def apply(text: str, change: dict[str, Any]) -> str:
         return sum(len(ln) + 1 for ln in lines[: p["line"]]) + p["character"]
 
     return text[: offset(start)] + change["text"] + text[offset(end):]
+
+
+def test_messages_sent_with_initialized_are_not_lost(tmp_path: Path) -> None:
+    """An editor may send ``initialized``, a didOpen and a code action in one write (the three
+    then reach the server in one read): the runtime exists before the next message is
+    handled, so the cursor that code action gives is where the idle time warms an ask."""
+    root = copy_stdlib_json(tmp_path)
+    path = root / "json" / "decoder.py"
+    text = path.read_text("utf-8")
+    line = next(i for i, ln in enumerate(text.splitlines()) if "def raw_decode" in ln) + 1
+    srv = RawServer(root, initialized=False)
+    try:
+        uri = path.as_uri()
+        point = {"line": line, "character": 0}
+        srv.send_raw(framed(
+            notification("initialized", {}),
+            notification("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": text}}),
+            {"jsonrpc": "2.0", "id": "action", "method": "textDocument/codeAction", "params": {
+                "textDocument": {"uri": uri}, "range": {"start": point, "end": point},
+                "context": {"diagnostics": []}}}))
+        assert "result" in srv.response("action")
+        deadline = time.monotonic() + 300  # a hang guard
+        while True:
+            status = srv.request("contenox/status")["result"]
+            if status["state"] == "warm" and not status["contextStale"] \
+                    and status["index"]["state"] == "ready":
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(0.2)
+        explained = srv.request("contenox/explainContext", {
+            "textDocument": {"uri": uri}, "position": point,
+            "question": "Why is this here?"})["result"]
+        cursor = [s["status"] for s in explained["segments"] if s["label"] == "cursor context"]
+        assert cursor == ["cached"], explained["segments"]
+    finally:
+        srv.close()

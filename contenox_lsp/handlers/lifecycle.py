@@ -32,18 +32,19 @@ def initialize(ls: ContenoxServer, params: types.InitializeParams) -> None:
     start_parent_watchdog(params.process_id)
 
 
-async def initialized(ls: ContenoxServer, params: types.InitializedParams) -> None:
-    # Create the runtime before awaiting anything: didOpen may arrive right away.
+def initialized(ls: ContenoxServer, params: types.InitializedParams) -> None:
+    # A plain function, not a coroutine: pygls runs a coroutine handler as a task, which starts
+    # only after the messages read with this one are handled — a didOpen and a code action sent
+    # right behind `initialized` would find no runtime, and the cursor they give would be lost.
     rt = ls.start_runtime()
-    # Documents opened before this ran (pygls runs this handler as a task, so a didOpen sent
-    # right after `initialized` may come first) start the edit history; an editor that shows
-    # inline completions has the idle time warm their prompt too.
+    # Documents opened before this ran start the edit history; an editor that shows inline
+    # completions has the idle time warm their prompt too.
     rt.client_ready(inline_completion=get_capability(
         ls.client_capabilities, "text_document.inline_completion", None) is not None)
     rt.start_task = asyncio.ensure_future(_start(ls, rt))
     for w in ls.pending_warnings:
         ls.show(f"contenox: {w}", types.MessageType.Warning)
-    await register_file_watcher(ls)
+    ls.watcher_task = asyncio.ensure_future(register_file_watcher(ls))
 
 
 async def _start(ls: ContenoxServer, rt: Runtime) -> None:
