@@ -26,6 +26,7 @@ def evaluate(sections: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         *_typing(sections.get("typing", {})),
         _restart(sections.get("restart", {})),
         _remote(sections.get("remote", {})),
+        _remote_decode(sections.get("remote", {})),
         _schedule(sections.get("schedule", {})),
         *_next_edit(sections.get("next_edit", {})),
         *_fleet(sections.get("fleet", {})),
@@ -96,6 +97,21 @@ def _remote(sec: dict[str, Any]) -> dict[str, Any]:
     return _goal("engine_vs_llama_server", text, met, measured or "no cold row", ratios,
                  note="server: the cached native build of the same llama.cpp commit "
                       "(see the section's note)")
+
+
+def _remote_decode(sec: dict[str, Any]) -> dict[str, Any]:
+    text = "in-process greedy decode ≥ llama-server's tokens/s at the same depth (one run)"
+    if sec.get("status") != "ok":
+        return _not_measured("decode_vs_llama_server", text, sec)
+    rows = [r for r in sec["rows"] if r["name"].startswith("decode_at_")]
+    ratios = {r["name"]: r["engine_over_server"] for r in rows}
+    met = all(v is not None and v >= 1.0 for v in ratios.values()) if ratios else None
+    measured = "; ".join(f"after {n.removeprefix('decode_at_')} tokens: {_f(v)}×"
+                         for n, v in ratios.items())
+    return _goal("decode_vs_llama_server", text, met, measured or "no decode row", ratios,
+                 note=f"{rows[0]['decode_tokens'] if rows else '?'} tokens after each cold "
+                      "prefill; llama-server's own timings, counted as the engine counts "
+                      "(the first token comes with the prompt)")
 
 
 def _schedule(sec: dict[str, Any]) -> dict[str, Any]:

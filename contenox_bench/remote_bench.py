@@ -10,12 +10,14 @@ The same token ids go to three paths, alternating order per repetition:
 - ``remote``: this project's ``llama-server`` backend (``LlamaServerSession``) end to end,
   loopback HTTP and JSON included.
 
-Rows: cold prefill tokens/s per size; warm changed-suffix TTFT (stable prefix resident, a new
-suffix, one token generated) with the reuse the server reported; the per-request overhead of
-the remote backend (its wall time minus the server's own prompt + decode time). Outside
-``--quick``, the edit trace (section 3) once more with the profile's backend set to this
-llama-server: a and b are this language server on the remote backend, c and d run on the
-server itself (d: its prefix cache fed the editor-plugin order, what llama.vscode users get).
+Rows: cold prefill tokens/s per size; greedy decode tokens/s right after each cold prefill
+(the engine's ``generate`` and llama-server's own ``timings``, at the same depth); warm
+changed-suffix TTFT (stable prefix resident, a new suffix, one token generated) with the reuse
+the server reported; the per-request overhead of the remote backend (its wall time minus the
+server's own prompt + decode time). Outside ``--quick``, the edit trace (section 3) once more
+with the profile's backend set to this llama-server: a and b are this language server on the
+remote backend, c and d run on the server itself (d: its prefix cache fed the editor-plugin
+order, what llama.vscode users get).
 
 Skipped, with the reason, where no llama-server binary is available.
 """
@@ -32,8 +34,12 @@ from contenox_bench.corpus import Corpus, cold_reset
 from contenox_bench.profile_file import write_toml
 from contenox_bench.progress import Progress
 from contenox_bench.stats import median, ratio, summary
+from engine.results import decode_rate
 
 PATHS = ("engine", "server", "remote")
+
+#: Tokens decoded after each cold prefill for the decode-at-depth row (engine and server).
+DECODE_TOKENS = 32
 
 
 def planned_units(cfg: BenchConfig) -> int:
@@ -68,8 +74,8 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
         raw = ServerClient(server.url, timeout_s=600.0)
         progress.step("remote: server up")
         try:
-            rows = [_cold_row(session, remote, raw, corpus, size, cfg, progress)
-                    for size in cfg.backends_cold_sizes]
+            rows = [row for size in cfg.backends_cold_sizes
+                    for row in _cold_rows(session, remote, raw, corpus, size, cfg, progress)]
             rows.append(_warm_row(session, remote, corpus, cfg))
             progress.step("remote: warm suffix")
             overhead = remote.metrics.extra.get("overhead_ms_samples", [])
@@ -104,9 +110,12 @@ def run(session: Any, corpus: Corpus, cfg: BenchConfig, tmp: Path,
     }
 
 
-def _cold_row(session: Any, remote: Any, raw: Any, corpus: Corpus, size: int,
-              cfg: BenchConfig, progress: Progress) -> dict[str, Any]:
+def _cold_rows(session: Any, remote: Any, raw: Any, corpus: Corpus, size: int,
+               cfg: BenchConfig, progress: Progress) -> list[dict[str, Any]]:
+    """The cold-prefill row of ``size`` tokens and the decode row at that depth (the engine
+    and llama-server decode ``DECODE_TOKENS`` greedily after the same cold prefill)."""
     samples: dict[str, list[float]] = {p: [] for p in PATHS}
+    decode: dict[str, list[float]] = {"engine": [], "server": []}
     reps = max(1, cfg.cold_reps)
     for rep in range(reps):
         tokens = _fresh(corpus, size, rep)
@@ -116,10 +125,18 @@ def _cold_row(session: Any, remote: Any, raw: Any, corpus: Corpus, size: int,
                 cold_reset(session, corpus.primer())
                 r = session.prefill(tokens)
                 samples[path].append(r.new_tokens / (r.prefill_ms / 1000.0))
+                g = session.generate(max_tokens=DECODE_TOKENS)
+                if g.decode_tokens > 1:  # a base model may end at once: no rate then
+                    decode[path].append(decode_rate(g.decode_tokens, g.decode_ms))
             elif path == "server":
-                doc = raw.post("/completion", {"prompt": tokens, "n_predict": 0,
+                doc = raw.post("/completion", {"prompt": tokens, "n_predict": DECODE_TOKENS,
+                                               "temperature": 0.0, "ignore_eos": True,
                                                "cache_prompt": False, "id_slot": 0})
-                samples[path].append(float(doc["timings"]["prompt_per_second"]))
+                t = doc["timings"]
+                samples[path].append(float(t["prompt_per_second"]))
+                # As the engine counts it: the first token comes with the prompt.
+                decode[path].append(decode_rate(int(t["predicted_n"]),
+                                                float(t["predicted_ms"])))
             else:
                 remote.reset()
                 r = remote.prefill(tokens)
@@ -127,10 +144,14 @@ def _cold_row(session: Any, remote: Any, raw: Any, corpus: Corpus, size: int,
                 _overhead(remote, r.prefill_ms)
     progress.step(f"remote: cold {size}")
     stats = {p: summary(samples[p], "tokens/s") for p in PATHS}
-    return {"name": f"cold_prefill_{size}", "label": f"cold prefill, {size} tokens",
-            "unit": "tokens/s", **stats,
-            "engine_over_server": ratio(median(stats["engine"]), median(stats["server"])),
-            "remote_over_server": ratio(median(stats["remote"]), median(stats["server"]))}
+    rates = {p: summary(v, "tokens/s") for p, v in decode.items()}
+    return [{"name": f"cold_prefill_{size}", "label": f"cold prefill, {size} tokens",
+             "unit": "tokens/s", **stats,
+             "engine_over_server": ratio(median(stats["engine"]), median(stats["server"])),
+             "remote_over_server": ratio(median(stats["remote"]), median(stats["server"]))},
+            {"name": f"decode_at_{size}", "label": f"greedy decode after {size} tokens",
+             "unit": "tokens/s", **rates, "decode_tokens": DECODE_TOKENS,
+             "engine_over_server": ratio(median(rates["engine"]), median(rates["server"]))}]
 
 
 def _warm_row(session: Any, remote: Any, corpus: Corpus, cfg: BenchConfig) -> dict[str, Any]:

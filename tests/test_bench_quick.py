@@ -21,10 +21,10 @@ SECTIONS = ("runtime", "curve", "trace", "scaling", "backends", "drift", "typing
 HAVE_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 GOALS = {"warm_suffix_ttft", "trace_ttft", "snapshot_restore", "engine_overhead",
          "completion_latency", "completion_vs_lcp", "completion_prefill", "restart_ttft",
-         "engine_vs_llama_server", "exact_schedule_speed", "next_edit_prefill",
-         "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup", "fleet_affinity",
-         "fleet_failover", "bigrepo_cold_build", "bigrepo_restart", "bigrepo_signature_map",
-         "bigrepo_rss"}
+         "engine_vs_llama_server", "decode_vs_llama_server", "exact_schedule_speed",
+         "next_edit_prefill", "next_edit_latency", "next_edit_vs_lcp", "next_edit_lookup",
+         "fleet_affinity", "fleet_failover", "bigrepo_cold_build", "bigrepo_restart",
+         "bigrepo_signature_map", "bigrepo_rss"}
 
 
 def _is_stat(x: Any) -> bool:
@@ -119,7 +119,7 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     unjudged = {g["id"] for g in r["goals"] if g["met"] not in (True, False)}
     # The team fleet runs in default mode only (tests/test_fleet.py runs it small).
     assert r["sections"]["fleet"]["status"].startswith("skipped: default mode only")
-    assert unjudged <= ({"engine_vs_llama_server"}
+    assert unjudged <= ({"engine_vs_llama_server", "decode_vs_llama_server"}
                         if r["sections"]["remote"]["status"].startswith("skipped") else set()
                         ) | {"fleet_affinity", "fleet_failover"} | (
         {"restart_ttft"} if _refused_past_window(r["sections"]["restart"]["status"]) else set())
@@ -336,6 +336,12 @@ def test_quick_report_remote_section(quick_report: tuple[Path, dict[str, Any], s
     cold = [rows[n] for n in rows if n.startswith("cold_prefill_")]
     assert cold and all(row["engine"]["median"] > 0 and row["server"]["median"] > 0
                         and row["engine_over_server"] > 0 for row in cold)
+    # Decode at the depth of every cold size, on the engine and on the server.
+    decode = [rows[f"decode_at_{n}"] for n in r["config"]["backends_cold_sizes"]]
+    assert all(row["engine"]["median"] > 0 and row["server"]["median"] > 0
+               and row["engine_over_server"] > 0 for row in decode)
+    goal = next(g for g in r["goals"] if g["id"] == "decode_vs_llama_server")
+    assert set(goal["values"]) == {row["name"] for row in decode}
     warm = rows["warm_suffix_ttft"]
     # The server reported reusing the stable prefix for every changed suffix.
     prefix = warm["prompt_tokens"] - r["config"]["backends_suffix"]
