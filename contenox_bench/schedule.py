@@ -18,18 +18,31 @@ busy machine slows all of them alike):
 Rows: cold prefill of ``cold`` tokens (tokens/s), a ``suffix``-token prefill after a
 ``depth``-token prefix (ms: an ask's question part at depth), and decode tokens/s at that
 depth. Which schedule each session chose is recorded (the measurement happens at load).
+
+``contention``: the default session's prefill of ``CONTENDED_PREFILL`` tokens and decode at depth
+while another Python thread computes (the language server's context thread assembling or
+indexing), as the server runs now (the engine's abort flag, read in C; the GIL handed over
+every ``GIL_SWITCH_INTERVAL_S``) and as it ran before stop 48 (a Python abort callback, which
+takes the GIL after every graph node; CPython's 5 ms switch interval), beside the same with no
+other thread busy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+import llama_cpp
 
 from contenox_bench import applicable
 from contenox_bench.config import BenchConfig
 from contenox_bench.corpus import read_stdlib
 from contenox_bench.progress import Progress
 from contenox_bench.stats import median, ratio, summary
+from contenox_lsp.process import GIL_SWITCH_INTERVAL_S
 from engine import open_session
 from engine.llama.model import AMX_REFUSAL, amx_kernels
 from engine.profile import Profile
@@ -48,6 +61,8 @@ SETTINGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 TEXT_FILES = ("json/decoder.py", "textwrap.py", "shlex.py", "argparse.py")
 DECODE_TOKENS = 16
+CONTENDED_PREFILL = 48  # tokens at depth: a keystroke's or a small edit's prefill
+CONTENDED_DECODE = 6  # tokens: the old callback decodes ~0.3 tokens/s under contention
 
 
 def runnable(overrides: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -65,7 +80,7 @@ def sizes(cfg: BenchConfig) -> tuple[int, int, int]:
 
 
 def planned_units(cfg: BenchConfig) -> int:
-    return max(1, cfg.cold_reps) * len(SETTINGS) + 1
+    return max(1, cfg.cold_reps) * len(SETTINGS) + 2
 
 
 def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any]:
@@ -91,6 +106,8 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
             for key in keys if rep % 2 == 0 else reversed(keys):
                 _measure(sessions[key], tokens, cold_n, depth, suffix_n, samples[key])
                 progress.step(f"schedule: {key}")
+        contention = _contention(sessions["invariant"], tokens, depth)
+        progress.step("schedule: contention")
         rows = []
         for key, label, _ in SETTINGS:
             s = sessions[key]
@@ -113,7 +130,7 @@ def run(profile: Profile, cfg: BenchConfig, progress: Progress) -> dict[str, Any
 
     return {
         "status": "ok", "cold_tokens": cold_n, "depth": depth, "suffix_tokens": suffix_n,
-        "decode_tokens": DECODE_TOKENS, "rows": rows,
+        "decode_tokens": DECODE_TOKENS, "rows": rows, "contention": contention,
         "ratios": {
             "cold_invariant_over_inexact": over("invariant", "inexact", "cold_tok_s"),
             "cold_invariant_over_landed": over("invariant", "landed", "cold_tok_s"),
@@ -143,6 +160,87 @@ def _measure(s: Any, tokens: Sequence[int], cold_n: int, depth: int, suffix_n: i
         out["decode"].append(g.decode_tok_s)
 
 
+#: (key, label, abort check, GIL switch interval in s, another Python thread busy)
+CONTENTION_CASES = (
+    ("idle", "no other thread busy", "flag", GIL_SWITCH_INTERVAL_S, False),
+    ("busy", "another Python thread busy: the server now (abort flag, "
+     f"{GIL_SWITCH_INTERVAL_S * 1000:g} ms switch)", "flag", GIL_SWITCH_INTERVAL_S, True),
+    ("busy_before", "another Python thread busy: before stop 48 (Python abort callback, "
+     "5 ms switch)", "python", 0.005, True),
+)
+
+
+def _contention(s: Any, tokens: Sequence[int], depth: int) -> dict[str, Any]:
+    """The default session under contention (module doc): per case, a prefill of
+    ``CONTENDED_PREFILL`` tokens after ``depth`` and a decode of ``CONTENDED_DECODE`` tokens."""
+    out: dict[str, Any] = {"prefill_tokens": CONTENDED_PREFILL, "depth": depth,
+                           "decode_tokens": CONTENDED_DECODE, "cases": []}
+    for key, label, check, interval, busy in CONTENTION_CASES:
+        with _abort_check(s, check), _switch_interval(interval), _busy_thread(busy):
+            s.reset()
+            s.prefill(tokens[:depth])
+            r = s.prefill(tokens[:depth + CONTENDED_PREFILL])
+            g = s.generate(max_tokens=CONTENDED_DECODE)
+        out["cases"].append({
+            "key": key, "label": label,
+            "prefill_tok_s": r.new_tokens / (r.prefill_ms / 1000.0),
+            "decode_tok_s": g.decode_tok_s if g.decode_tokens > 1 else None})
+    by = {c["key"]: c for c in out["cases"]}
+    out["ratios"] = {
+        f"{field}_busy_over_{ref}": ratio(by["busy"][f"{field}_tok_s"], by[ref][f"{field}_tok_s"])
+        for field in ("prefill", "decode") for ref in ("idle", "busy_before")}
+    return out
+
+
+@contextmanager
+def _abort_check(s: Any, check: str) -> Iterator[None]:
+    """The session's abort flag, or (``python``) a Python callback reading the same cancel
+    state, as the engine had before stop 48. Reaches into the llama session: a bench of the
+    engine's own internals."""
+    if check == "flag":
+        yield
+        return
+    callback = llama_cpp.ggml_abort_callback(lambda _data: s._cancel.is_set())
+    llama_cpp.llama_set_abort_callback(s._ctx, callback, None)
+    try:
+        yield
+    finally:
+        llama_cpp.llama_set_abort_callback(s._ctx, s._abort.callback, s._abort.data)
+
+
+@contextmanager
+def _switch_interval(seconds: float) -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+@contextmanager
+def _busy_thread(busy: bool) -> Iterator[None]:
+    """A Python thread computing (pure bytecode, holding the GIL between switches)."""
+    if not busy:
+        yield
+        return
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(1000):
+                x += i * i
+
+    thread = threading.Thread(target=spin, name="bench-busy-python", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def markdown(sec: dict[str, Any]) -> list[str]:
     out = ["## Schedule: what exact reuse costs", ""]
     if sec.get("status") != "ok":
@@ -169,6 +267,18 @@ def markdown(sec: dict[str, Any]) -> list[str]:
             f"{_fmt(q.get('decode_flash_over_invariant'), 2)}×.", ""]
     notes = sorted({r["note"] for r in sec["rows"] if r.get("note")})
     out += [f"(*) {n}" for n in notes] + ([""] if notes else [])
+    c = sec.get("contention")
+    if c:
+        out += [f"Under contention (the default session; {c['prefill_tokens']} tokens "
+                f"prefilled after {c['depth']}, {c['decode_tokens']} decoded):", "",
+                "| case | prefill tok/s | decode tok/s |", "|---|---|---|"]
+        out += [f"| {x['label']} | {_fmt(x['prefill_tok_s'])} | {_fmt(x['decode_tok_s'])} |"
+                for x in c["cases"]]
+        cr = c["ratios"]
+        out += ["", f"Busy now vs before: prefill {_fmt(cr['prefill_busy_over_busy_before'], 2)}"
+                f"×, decode {_fmt(cr['decode_busy_over_busy_before'], 2)}×; busy vs idle: "
+                f"prefill {_fmt(cr['prefill_busy_over_idle'], 2)}×, decode "
+                f"{_fmt(cr['decode_busy_over_idle'], 2)}×.", ""]
     return out
 
 

@@ -23,7 +23,7 @@ from contenox_lsp.handlers import (
     workspace,
 )
 from contenox_lsp.options import ServerOptions
-from contenox_lsp.process import configure_logging, protect_stdout
+from contenox_lsp.process import configure_logging, protect_stdout, share_the_gil_often
 from contenox_lsp.server import ContenoxServer
 
 
@@ -62,6 +62,7 @@ def build_server(options: ServerOptions | None = None) -> ContenoxServer:
 def run_stdio(options: ServerOptions) -> None:
     """Serve one client over stdin/stdout (how editors launch a language server)."""
     configure_logging(options.log_level)
+    share_the_gil_often()
     rpc_out = protect_stdout()
     build_server(options).start_io(sys.stdin.buffer, rpc_out)
 
@@ -71,4 +72,5 @@ def run_tcp(host: str, port: int, options: ServerOptions) -> None:
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(f"refusing to listen on {host!r}: only 127.0.0.1 is allowed")
     configure_logging(options.log_level)
+    share_the_gil_often()
     build_server(options).start_tcp(host, port)

@@ -26,7 +26,8 @@ SERVER_PUBLIC = {"contenox_lsp", "contenox_lsp.protocol", "contenox_lsp.completi
                  "contenox_lsp.completion.window", "contenox_lsp.completion.postprocess",
                  "contenox_lsp.completion.decode", "contenox_lsp.completion.retrieval",
                  "contenox_lsp.turn", "contenox_lsp.code_segment",
-                 "contenox_lsp.context_budget", "contenox_lsp.errors"}
+                 "contenox_lsp.context_budget", "contenox_lsp.errors",
+                 "contenox_lsp.process"}  # process: the GIL switch interval the bench mirrors
 
 
 #: Modules of contextasm that may touch the filesystem: the snapshot store keeps its own cache

@@ -107,6 +107,12 @@ def test_quick_report_schema_sections_and_plots(quick_report: tuple[Path, dict[s
     assert flash["flash"] == "on" and flash["landed"] == flash["chunked"] == "off"
     assert all(_is_stat(row[k]) for row in sch["rows"]
                for k in ("cold_tok_s", "suffix_ms", "decode_tok_s"))
+    # The default session with another Python thread busy, now and as before stop 48.
+    cont = sch["contention"]
+    assert [c["key"] for c in cont["cases"]] == ["idle", "busy", "busy_before"]
+    assert all(c["prefill_tok_s"] > 0 for c in cont["cases"])
+    assert set(cont["ratios"]) == {f"{f}_busy_over_{r}" for f in ("prefill", "decode")
+                                   for r in ("idle", "busy_before")}
 
     sc = r["sections"]["scaling"]
     assert [row["stable_tokens"] for row in sc["rows"]] == list(r["config"]["scaling_sizes"])

@@ -29,15 +29,20 @@ _lock = threading.Lock()
 _pending: list[str] = []
 _pending_level = logging.DEBUG
 _installed = False
-# Set while a decode stops because the engine asked it to (its abort callback said so): what
+# Set while a decode stops because the engine asked it to (its abort flag is set): what
 # llama.cpp then logs as errors ("graph_compute: ... failed", "failed to decode, ret = 2") is
 # the cancellation the engine reports itself, so it goes out at DEBUG instead of ERROR.
 _aborting = threading.Event()
 
 
 def note_abort() -> None:
-    """The abort callback is stopping the running decode (see ``_aborting``)."""
+    """The engine asked the running (or next) decode to stop (see ``_aborting``)."""
     _aborting.set()
+
+
+def abort_withdrawn() -> None:
+    """A new request starts: the last one's cancel no longer applies."""
+    _aborting.clear()
 
 
 def decode_returned() -> None:

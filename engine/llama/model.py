@@ -261,9 +261,11 @@ def load_model(profile: Profile) -> LoadedModel:
     )
 
 
-def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None = None) -> Any:
+def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None = None, *,
+                   abort_data: Any = None) -> Any:
     """The context parameters of ``profile``; ``n_ubatch`` overrides its micro-batch (the
-    chunked exact-reuse schedule runs at ``cache.exact_chunk``)."""
+    chunked exact-reuse schedule runs at ``cache.exact_chunk``); ``abort_callback`` is
+    called with ``abort_data`` after each graph node (``engine.llama.abort_flag``)."""
     p = llama_cpp.llama_context_default_params()
     threads = int(profile.get("context.n_threads")) or (os.cpu_count() or 1)
     threads_batch = int(profile.get("context.n_threads_batch")) or (os.cpu_count() or 1)
@@ -287,5 +289,5 @@ def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None =
     p.swa_full = profile.swa_full
     p.no_perf = True
     p.abort_callback = abort_callback
-    p.abort_callback_data = None
+    p.abort_callback_data = abort_data
     return p

@@ -69,6 +69,7 @@ from engine.errors import (
 )
 from engine.fim import FimTokens
 from engine.llama import invariance, logbridge
+from engine.llama.abort_flag import AbortFlag
 from engine.llama.branches import MAIN_SEQ, Branch, fill_batch
 from engine.llama.live import BatchKind, Computed
 from engine.llama.model import (
@@ -231,8 +232,8 @@ class LlamaSession(SnapshotLayer):
         # under it. Held only for the microseconds a tokenize takes, never during a decode.
         self._model_lock = threading.Lock()
         self._closed = False
-        # Kept as attributes: ctypes callbacks must outlive the context that calls them.
-        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
+        # The flag cancel() sets and llama.cpp reads after each graph node, without Python.
+        self._abort = AbortFlag()
         # Fault-injection seam for tests: the function that runs one batch.
         self._decode_fn: DecodeFn = llama_cpp.llama_decode
         self._ctx: Any = None
@@ -422,7 +423,8 @@ class LlamaSession(SnapshotLayer):
     def _create_context(self, n_ubatch: int | None = None) -> None:
         if n_ubatch is not None:
             self._n_ubatch_override = n_ubatch
-        params = context_params(self.profile, self._abort_cb, self._n_ubatch_override)
+        params = context_params(self.profile, self._abort.callback, self._n_ubatch_override,
+                                abort_data=self._abort.data)
         ctx = llama_cpp.llama_init_from_model(self._model.model, params)
         if not ctx:
             raise DecodeFatalError(
@@ -627,13 +629,9 @@ class LlamaSession(SnapshotLayer):
         """Thread-safe. Aborts the running prefill (within one micro-batch) or decode (within
         one token) of the current request; a new ``prefill`` starts a new request."""
         self._cancel.set()
-
-    def _should_abort(self, _data: Any) -> bool:
-        # The restored-window probe runs to its end: it must leave the live sequence as it was.
-        if self._cancel.is_set() and not self._probing:
-            logbridge.note_abort()
-            return True
-        return False
+        # What llama.cpp logs as errors while the flag stops a decode is this cancellation.
+        logbridge.note_abort()
+        self._abort.set()
 
     # ----------------------------------------------------------------- prefill
 
@@ -649,6 +647,8 @@ class LlamaSession(SnapshotLayer):
         """
         with self._exclusive("prefill"):
             self._cancel.clear()
+            self._abort.clear()
+            logbridge.abort_withdrawn()
             t0 = time.perf_counter()
             self._prefill_started = t0
             toks = check_prompt(tokens, self._model.n_vocab, self.n_ctx)

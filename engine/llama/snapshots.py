@@ -33,6 +33,7 @@ from engine.errors import (
     UnsupportedCapabilityError,
 )
 from engine.json_map import read_map, write_entry
+from engine.llama.abort_flag import AbortFlag
 from engine.llama.branches import MAIN_SEQ, BranchLayer, fill_batch
 from engine.llama.invariance import PROBE_TEXT, kernel_settings, probe_key
 from engine.llama.live import Computed
@@ -60,7 +61,7 @@ class SnapshotLayer(BranchLayer):
     _model: Any
     _chunk: int
     _window_exact: bool | None = None  # this process's answer of the restored-window probe
-    _probing = False  # a cancel waits for the probe (it runs ~2 s, once per machine and model)
+    _abort: AbortFlag
 
     @property
     def n_ctx(self) -> int:
@@ -238,14 +239,11 @@ class SnapshotLayer(BranchLayer):
         if known is not None:
             return known
         t0 = time.perf_counter()
-        self._probing = True
         try:
             same = self._measure_restored_window()
         except Exception:
             self._clear_live()  # whatever the failure left there is not known to be exact
             raise
-        finally:
-            self._probing = False
         log.info("restored-window probe: %s (%.0f ms)", "exact" if same else "not exact",
                  ms_since(t0))
         self._window_exact = same
@@ -256,7 +254,18 @@ class SnapshotLayer(BranchLayer):
         """Decode the same batches after the live sequence (in a whole-stream copy, which
         keeps its layout) and after the live sequence restored from its own state, as a
         snapshot load does; True when every logit has the same bits. The live sequence is
-        then copied back (its logits must be computed again)."""
+        then copied back (its logits must be computed again). It runs to its end, a cancel
+        waiting for it (~2 s, once per machine and model): it must leave the live sequence as
+        it was."""
+        llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback,
+                                           self._abort.suspended_data)
+        try:
+            return self._compare_restored_window()
+        finally:
+            llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback,
+                                               self._abort.data)
+
+    def _compare_restored_window(self) -> bool:
         spare = self._free_seq()
         if spare is None and self._drop_lru_branch():
             spare = self._free_seq()
