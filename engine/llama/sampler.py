@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import llama_cpp
+import numpy as np
 
 from engine.profile import Profile
 
@@ -38,3 +39,11 @@ def build_sampler(profile: Profile, vocab: Any) -> Any:
         chain, llama_cpp.llama_sampler_init_dist(int(profile.get("context.seed")))
     )
     return chain
+
+
+def greedy_token(ctx: Any, index: int, n_vocab: int) -> int:
+    """The token of the largest logit at batch ``index`` — what the greedy sampler picks (the
+    first of equal maxima), read in place: llama.cpp's sampler first copies the whole
+    vocabulary into a candidate array, 0.3 ms a token for 262k entries, ~1 % of a decode step."""
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+    return int(logits.argmax())

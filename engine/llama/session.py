@@ -79,7 +79,7 @@ from engine.llama.model import (
     load_model,
     meta_str,
 )
-from engine.llama.sampler import build_sampler
+from engine.llama.sampler import build_sampler, greedy_token
 from engine.llama.snapshots import SnapshotLayer
 from engine.lookup import LookupStats, NgramIndex
 from engine.model_files import cache_dir
@@ -914,7 +914,8 @@ class LlamaSession(SnapshotLayer):
                     raise CancelledError(
                         "decode cancelled", stage="decode", decoded_tokens=len(out_tokens)
                     )
-                tok = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, logits_at))
+                tok = (greedy_token(self._ctx, logits_at, self.n_vocab) if greedy else
+                       int(llama_cpp.llama_sampler_sample(sampler, self._ctx, logits_at)))
                 if not out_tokens and not t_first:
                     t_first = time.perf_counter()
                     ttft_ms = (t_first - self._prefill_started) * 1000.0
@@ -949,7 +950,7 @@ class LlamaSession(SnapshotLayer):
                 drafted += len(draft)
                 kept, stop = 0, False
                 for j, want in enumerate(draft):
-                    got = int(llama_cpp.llama_sampler_sample(sampler, self._ctx, j))
+                    got = greedy_token(self._ctx, j, self.n_vocab)  # lookup: greedy only
                     if got != want:
                         break
                     if llama_cpp.llama_vocab_is_eog(self._model.vocab, got):
