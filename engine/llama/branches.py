@@ -20,6 +20,7 @@ import llama_cpp
 from contextasm.identity import ContextIdentity
 from engine.errors import DecodeFatalError, InvalidSessionStateError, UnsupportedCapabilityError
 from engine.llama import logbridge
+from engine.llama.abort_flag import AbortFlag
 from engine.llama.live import Computed
 from engine.results import BranchInfo
 from engine.session_base import SessionBase
@@ -70,6 +71,7 @@ class BranchLayer(SessionBase):
     _exact: bool
     _copies_pending: bool
     _logits_ready: bool
+    _abort: AbortFlag
 
     def _reusable(self, resident: Computed, toks: Sequence[int]) -> int:
         raise NotImplementedError  # the session's schedule decides
@@ -105,7 +107,7 @@ class BranchLayer(SessionBase):
         try:
             status = int(llama_cpp.llama_decode(self._ctx, self._batch))
         finally:
-            logbridge.decode_returned()
+            logbridge.decode_returned(self._abort.is_set)
         llama_cpp.llama_memory_seq_rm(self._mem, scratch, -1, -1)
         # 2 (aborted by a pending cancel) comes after the copies: llama.cpp runs them first.
         if status not in (0, 2):

@@ -29,7 +29,7 @@ _lock = threading.Lock()
 _pending: list[str] = []
 _pending_level = logging.DEBUG
 _installed = False
-# Set while a decode stops because the engine asked it to (its abort flag is set): what
+# Set from a cancel until the next request (a decode meanwhile stops at its first node): what
 # llama.cpp then logs as errors ("graph_compute: ... failed", "failed to decode, ret = 2") is
 # the cancellation the engine reports itself, so it goes out at DEBUG instead of ERROR.
 _aborting = threading.Event()
@@ -45,9 +45,11 @@ def abort_withdrawn() -> None:
     _aborting.clear()
 
 
-def decode_returned() -> None:
-    """The decode call returned: llama.cpp's errors are its own again."""
-    _aborting.clear()
+def decode_returned(cancel_pending: bool) -> None:
+    """The decode call returned: llama.cpp's errors are its own again, unless the cancel is
+    still pending (every decode until the next request stops at once)."""
+    if not cancel_pending:
+        _aborting.clear()
 
 
 @llama_cpp.llama_log_callback

@@ -823,7 +823,7 @@ class LlamaSession(SnapshotLayer):
             try:
                 status = int(self._decode_fn(self._ctx, self._batch))
             finally:
-                logbridge.decode_returned()
+                logbridge.decode_returned(self._abort.is_set)
             if status == 0:
                 self._copies_pending = False  # llama.cpp ran them before this batch
                 return

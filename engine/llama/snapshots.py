@@ -33,7 +33,6 @@ from engine.errors import (
     UnsupportedCapabilityError,
 )
 from engine.json_map import read_map, write_entry
-from engine.llama.abort_flag import AbortFlag
 from engine.llama.branches import MAIN_SEQ, BranchLayer, fill_batch
 from engine.llama.invariance import PROBE_TEXT, kernel_settings, probe_key
 from engine.llama.live import Computed
@@ -61,7 +60,6 @@ class SnapshotLayer(BranchLayer):
     _model: Any
     _chunk: int
     _window_exact: bool | None = None  # this process's answer of the restored-window probe
-    _abort: AbortFlag
 
     @property
     def n_ctx(self) -> int:
