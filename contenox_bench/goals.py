@@ -86,32 +86,36 @@ def _trace(trace: dict[str, Any]) -> dict[str, Any]:
 
 
 def _remote(sec: dict[str, Any]) -> dict[str, Any]:
-    text = "in-process cold prefill ≥ 0.95 × llama-server's tokens/s (same prompts, one run)"
-    if sec.get("status") != "ok":
-        return _not_measured("engine_vs_llama_server", text, sec)
-    cold = [r for r in sec["rows"] if r["name"].startswith("cold_prefill_")]
-    ratios = {r["name"]: r["engine_over_server"] for r in cold}
-    met = all(v is not None and v >= 0.95 for v in ratios.values()) if ratios else None
-    measured = "; ".join(f"{n.removeprefix('cold_prefill_')} tokens: {_f(v)}×"
-                         for n, v in ratios.items())
-    return _goal("engine_vs_llama_server", text, met, measured or "no cold row", ratios,
-                 note="server: the cached native build of the same llama.cpp commit "
-                      "(see the section's note)")
+    return _engine_vs_server(
+        sec, "engine_vs_llama_server",
+        "in-process cold prefill ≥ 0.95 × llama-server's tokens/s (same prompts, one run)",
+        "cold_prefill_", 0.95, "{} tokens", "cold",
+        "server: the cached native build of the same llama.cpp commit (see the section's note)")
 
 
 def _remote_decode(sec: dict[str, Any]) -> dict[str, Any]:
-    text = "in-process greedy decode ≥ llama-server's tokens/s at the same depth (one run)"
+    rows = [r for r in sec.get("rows", []) if r["name"].startswith("decode_at_")]
+    return _engine_vs_server(
+        sec, "decode_vs_llama_server",
+        "in-process greedy decode ≥ llama-server's tokens/s at the same depth (one run)",
+        "decode_at_", 1.0, "after {} tokens", "decode",
+        f"{rows[0]['decode_tokens'] if rows else '?'} tokens after each cold prefill; "
+        "llama-server's own timings, counted as the engine counts (the first token comes with "
+        "the prompt)")
+
+
+def _engine_vs_server(sec: dict[str, Any], gid: str, text: str, prefix: str, floor: float,
+                      label: str, kind: str, note: str) -> dict[str, Any]:
+    """A goal on the remote section's ``engine_over_server`` ratios of the rows named
+    ``prefix<n>``: every one at least ``floor``."""
     if sec.get("status") != "ok":
-        return _not_measured("decode_vs_llama_server", text, sec)
-    rows = [r for r in sec["rows"] if r["name"].startswith("decode_at_")]
-    ratios = {r["name"]: r["engine_over_server"] for r in rows}
-    met = all(v is not None and v >= 1.0 for v in ratios.values()) if ratios else None
-    measured = "; ".join(f"after {n.removeprefix('decode_at_')} tokens: {_f(v)}×"
+        return _not_measured(gid, text, sec)
+    ratios = {r["name"]: r["engine_over_server"] for r in sec["rows"]
+              if r["name"].startswith(prefix)}
+    met = all(v is not None and v >= floor for v in ratios.values()) if ratios else None
+    measured = "; ".join(f"{label.format(n.removeprefix(prefix))}: {_f(v)}×"
                          for n, v in ratios.items())
-    return _goal("decode_vs_llama_server", text, met, measured or "no decode row", ratios,
-                 note=f"{rows[0]['decode_tokens'] if rows else '?'} tokens after each cold "
-                      "prefill; llama-server's own timings, counted as the engine counts "
-                      "(the first token comes with the prompt)")
+    return _goal(gid, text, met, measured or f"no {kind} row", ratios, note=note)
 
 
 def _schedule(sec: dict[str, Any]) -> dict[str, Any]:
