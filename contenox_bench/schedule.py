@@ -176,9 +176,9 @@ def _contention(s: Any, tokens: Sequence[int], depth: int) -> dict[str, Any]:
     out: dict[str, Any] = {"prefill_tokens": CONTENDED_PREFILL, "depth": depth,
                            "decode_tokens": CONTENDED_DECODE, "cases": []}
     for key, label, check, interval, busy in CONTENTION_CASES:
+        s.reset()
+        s.prefill(tokens[:depth])  # the prefix with no contention: only the step is measured
         with _abort_check(s, check), _switch_interval(interval), _busy_thread(busy):
-            s.reset()
-            s.prefill(tokens[:depth])
             r = s.prefill(tokens[:depth + CONTENDED_PREFILL])
             g = s.generate(max_tokens=CONTENDED_DECODE)
         out["cases"].append({
