@@ -3,12 +3,11 @@
 llama.cpp calls a context's abort callback after every graph node (hundreds per micro-batch).
 A Python callback takes the GIL each time, so while another Python thread runs — the language
 server's context thread assembling a prompt or indexing — every node waits for the interpreter
-to hand the GIL over (every 5 ms): measured on 2 cores with one busy Python thread, a decode
-fell from 39 to 0.3 tokens/s and a prefill from ~370 to 11–21 tokens/s, against 8 and 126–175
-tokens/s with no callback (engine/README.md). Here the callback is C's ``strlen`` over a
-two-byte buffer — one character when the flag is set, none when clear — so the check is a byte
-read on the compute thread. Where ``strlen`` cannot be found, a Python callback reads the same
-buffer (correct, only slower under contention).
+to hand the GIL over (every 5 ms): on 2 cores with one busy Python thread a decode ran under
+one token/s (engine/README.md, "Cancellation without the GIL"). Here the callback is C's
+``strlen`` over a two-byte buffer — one character when the flag is set, none when clear — so
+the check is a byte read on the compute thread. Where ``strlen`` cannot be found, a Python
+callback reads the same buffer (correct, only slower under contention).
 """
 
 from __future__ import annotations
