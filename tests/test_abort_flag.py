@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine import CancelledError, load_profile, open_session
+from engine import CancelledError
 from engine.llama import abort_flag
 from engine.llama.abort_flag import AbortFlag
 
@@ -43,16 +43,10 @@ def test_without_strlen_a_python_callback_reads_the_same_flag(
     _check(flag)
 
 
-@pytest.fixture(scope="module")
-def session() -> Any:
-    prof = load_profile(None).with_overrides({"context.n_ctx": 2048}, source="test")
-    with open_session(prof) as s:
-        yield s
-
-
-def test_a_cancel_stops_the_decode_in_llama_cpp(session: Any) -> None:
+def test_a_cancel_stops_the_decode_in_llama_cpp(llama_session: Any) -> None:
     """The flag itself stops llama.cpp's decode (not only the engine's checks between
     micro-batches): a decode started with it set comes back cancelled, nothing committed."""
+    session = llama_session
     text = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text("utf-8")
     toks = session.tokenize(text)[:200]
     session.reset()
@@ -64,9 +58,10 @@ def test_a_cancel_stops_the_decode_in_llama_cpp(session: Any) -> None:
     assert session.prefill(toks).reused_tokens > 0  # a new request: the flag is clear again
 
 
-def test_the_restored_window_probe_runs_to_its_end_under_a_cancel(session: Any) -> None:
+def test_the_restored_window_probe_runs_to_its_end_under_a_cancel(llama_session: Any) -> None:
     """The restored-window probe must leave the live sequence as it was, so a cancel waits for
     it; after it the cancel is in force again."""
+    session = llama_session
     text = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text("utf-8")
     toks = session.tokenize(text)
     n = session._model.n_swa + 100
@@ -78,3 +73,4 @@ def test_the_restored_window_probe_runs_to_its_end_under_a_cancel(session: Any) 
     with pytest.raises(CancelledError):
         session._decode_chunk(toks[n:n + 16], n, logits_last=True, stage="test")
     assert session.resident_tokens == toks[:n]
+    assert session.prefill(toks[:n + 16]).reused_tokens > 0  # a new request clears it
