@@ -205,7 +205,7 @@ def _abort_check(s: Any, check: str) -> Iterator[None]:
     try:
         yield
     finally:
-        llama_cpp.llama_set_abort_callback(s._ctx, s._abort.callback, s._abort.data)
+        s._abort.attach(s._ctx)
 
 
 @contextmanager

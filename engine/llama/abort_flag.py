@@ -52,6 +52,12 @@ class AbortFlag:
     def clear(self) -> None:
         self._buf[0] = _CLEAR
 
+    def attach(self, ctx: Any, *, suspended: bool = False) -> None:
+        """Make this flag ``ctx``'s abort check (``suspended``: a flag that is never set, for
+        decodes that must run to their end; attach again to restore)."""
+        llama_cpp.llama_set_abort_callback(
+            ctx, self.callback, self.suspended_data if suspended else self.data)
+
     @property
     def is_set(self) -> bool:
         return self._buf.raw[0] != 0

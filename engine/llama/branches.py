@@ -19,8 +19,6 @@ import llama_cpp
 
 from contextasm.identity import ContextIdentity
 from engine.errors import DecodeFatalError, InvalidSessionStateError, UnsupportedCapabilityError
-from engine.llama import logbridge
-from engine.llama.abort_flag import AbortFlag
 from engine.llama.live import Computed
 from engine.results import BranchInfo
 from engine.session_base import SessionBase
@@ -71,7 +69,6 @@ class BranchLayer(SessionBase):
     _exact: bool
     _copies_pending: bool
     _logits_ready: bool
-    _abort: AbortFlag
 
     def _reusable(self, resident: Computed, toks: Sequence[int]) -> int:
         raise NotImplementedError  # the session's schedule decides
@@ -104,10 +101,7 @@ class BranchLayer(SessionBase):
         if scratch is None:
             return  # n_seq_max = 1: nothing is ever copied between streams
         fill_batch(self._batch, [0], 0, scratch, "none")
-        try:
-            status = int(llama_cpp.llama_decode(self._ctx, self._batch))
-        finally:
-            logbridge.decode_returned(self._abort.is_set)
+        status = int(llama_cpp.llama_decode(self._ctx, self._batch))
         llama_cpp.llama_memory_seq_rm(self._mem, scratch, -1, -1)
         # 2 (aborted by a pending cancel) comes after the copies: llama.cpp runs them first.
         if status not in (0, 2):

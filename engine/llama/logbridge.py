@@ -41,15 +41,10 @@ def note_abort() -> None:
 
 
 def abort_withdrawn() -> None:
-    """A new request starts: the last one's cancel no longer applies."""
+    """A new request starts: the last one's cancel no longer applies, and llama.cpp's errors
+    are its own again."""
     _aborting.clear()
 
-
-def decode_returned(cancel_pending: bool) -> None:
-    """The decode call returned: llama.cpp's errors are its own again, unless the cancel is
-    still pending (every decode until the next request stops at once)."""
-    if not cancel_pending:
-        _aborting.clear()
 
 
 @llama_cpp.llama_log_callback

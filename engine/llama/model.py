@@ -18,6 +18,7 @@ import llama_cpp
 from engine.errors import ModelLoadError, ProfileMismatchError, UnsupportedCapabilityError
 from engine.fim import FimTokens
 from engine.llama import logbridge
+from engine.llama.abort_flag import AbortFlag
 from engine.model_files import cached_file_facts, resolve_model_path, sha256_file
 from engine.profile import Profile
 
@@ -261,11 +262,10 @@ def load_model(profile: Profile) -> LoadedModel:
     )
 
 
-def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None = None, *,
-                   abort_data: Any = None) -> Any:
+def context_params(profile: Profile, abort: AbortFlag, n_ubatch: int | None = None) -> Any:
     """The context parameters of ``profile``; ``n_ubatch`` overrides its micro-batch (the
-    chunked exact-reuse schedule runs at ``cache.exact_chunk``); ``abort_callback`` is
-    called with ``abort_data`` after each graph node (``engine.llama.abort_flag``)."""
+    chunked exact-reuse schedule runs at ``cache.exact_chunk``); llama.cpp reads ``abort``
+    after each graph node."""
     p = llama_cpp.llama_context_default_params()
     threads = int(profile.get("context.n_threads")) or (os.cpu_count() or 1)
     threads_batch = int(profile.get("context.n_threads_batch")) or (os.cpu_count() or 1)
@@ -288,6 +288,6 @@ def context_params(profile: Profile, abort_callback: Any, n_ubatch: int | None =
     p.rope_freq_scale = float(profile.get("context.rope_freq_scale"))
     p.swa_full = profile.swa_full
     p.no_perf = True
-    p.abort_callback = abort_callback
-    p.abort_callback_data = abort_data
+    p.abort_callback = abort.callback
+    p.abort_callback_data = abort.data
     return p

@@ -423,8 +423,7 @@ class LlamaSession(SnapshotLayer):
     def _create_context(self, n_ubatch: int | None = None) -> None:
         if n_ubatch is not None:
             self._n_ubatch_override = n_ubatch
-        params = context_params(self.profile, self._abort.callback, self._n_ubatch_override,
-                                abort_data=self._abort.data)
+        params = context_params(self.profile, self._abort, self._n_ubatch_override)
         ctx = llama_cpp.llama_init_from_model(self._model.model, params)
         if not ctx:
             raise DecodeFatalError(
@@ -820,10 +819,7 @@ class LlamaSession(SnapshotLayer):
         while True:
             fill_batch(self._batch, chunk, pos, MAIN_SEQ,
                        "all" if logits_all else "last" if logits_last else "none")
-            try:
-                status = int(self._decode_fn(self._ctx, self._batch))
-            finally:
-                logbridge.decode_returned(self._abort.is_set)
+            status = int(self._decode_fn(self._ctx, self._batch))
             if status == 0:
                 self._copies_pending = False  # llama.cpp ran them before this batch
                 return

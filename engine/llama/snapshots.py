@@ -33,6 +33,7 @@ from engine.errors import (
     UnsupportedCapabilityError,
 )
 from engine.json_map import read_map, write_entry
+from engine.llama.abort_flag import AbortFlag
 from engine.llama.branches import MAIN_SEQ, BranchLayer, fill_batch
 from engine.llama.invariance import PROBE_TEXT, kernel_settings, probe_key
 from engine.llama.live import Computed
@@ -60,6 +61,7 @@ class SnapshotLayer(BranchLayer):
     _model: Any
     _chunk: int
     _window_exact: bool | None = None  # this process's answer of the restored-window probe
+    _abort: AbortFlag
 
     @property
     def n_ctx(self) -> int:
@@ -255,13 +257,11 @@ class SnapshotLayer(BranchLayer):
         then copied back (its logits must be computed again). It runs to its end, a cancel
         waiting for it (~2 s, once per machine and model): it must leave the live sequence as
         it was."""
-        llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback,
-                                           self._abort.suspended_data)
+        self._abort.attach(self._ctx, suspended=True)
         try:
             return self._compare_restored_window()
         finally:
-            llama_cpp.llama_set_abort_callback(self._ctx, self._abort.callback,
-                                               self._abort.data)
+            self._abort.attach(self._ctx)
 
     def _compare_restored_window(self) -> bool:
         spare = self._free_seq()
