@@ -411,6 +411,30 @@ def test_a_long_definition_shows_its_head_and_the_lines_that_match(tmp_path: Pat
     assert "    checksum = validate_checksum(x)" not in head_only
 
 
+
+def test_a_docstring_is_shown_by_its_first_line(tmp_path: Path) -> None:
+    prose = "\n".join(f"    Paragraph line {i} about the checksum." for i in range(12))
+    src = (f'class Store:\n    """Keeps records.\n\n{prose}\n    """\n\n    limit = 3\n\n'
+           f'    def save(self, x):\n        """\n        Save x after checking it.\n\n{prose}\n'
+           f'        """\n        checksum = validate_checksum(x)\n        return x\n\n\n'
+           f'def short(x):\n    """One line."""\n    return x\n')
+    (tmp_path / "store.py").write_text(src)
+    finder = finder_for(tmp_path)
+    shown = {s.chunk.qualname: render_snippet(s).split("\n")
+             for s in finder.search("store save checksum short", limit=5)}
+    # The class outline: its summary, the gap, the closing quotes, then the code.
+    assert shown["Store"][:4] == ["class Store:", '    """Keeps records.', "    ...", '    """']
+    assert "    limit = 3" in shown["Store"]
+    # A bare opening quote: the line after it is the summary.
+    save = shown["Store.save"]
+    assert save[:5] == ["    def save(self, x):", '        """',
+                        "        Save x after checking it.", "        ...", '        """']
+    assert "        checksum = validate_checksum(x)" in save
+    assert not any("Paragraph line" in ln for lines in shown.values() for ln in lines)
+    # A one-line docstring stays as it is.
+    assert shown["short"] == ["def short(x):", '    """One line."""', "    return x"]
+
+
 # -- one budget, shared -----------------------------------------------------------------------
 
 
