@@ -136,7 +136,7 @@ def _focus_lines(lines: Sequence[tuple[int, str]], focus: set[str],
     return [lines[i] for i in sorted(keep)[:cap]]
 
 
-_DOCSTRING_OPEN = re.compile(r"""^\s*[rRuU]?(\"\"\"|\'\'\')""")
+_DOCSTRING_OPEN = re.compile(r"^\s*[rRuU]?(\"{3}|'{3})")
 
 
 def docstring_summary(lines: Sequence[tuple[int, str]],

@@ -411,7 +411,6 @@ def test_a_long_definition_shows_its_head_and_the_lines_that_match(tmp_path: Pat
     assert "    checksum = validate_checksum(x)" not in head_only
 
 
-
 def test_a_docstring_is_shown_by_its_first_line(tmp_path: Path) -> None:
     prose = "\n".join(f"    Paragraph line {i} about the checksum." for i in range(12))
     src = (f'class Store:\n    """Keeps records.\n\n{prose}\n    """\n\n    limit = 3\n\n'
