@@ -32,8 +32,14 @@ NEAR_FILES_FROM = 20
 #: shorter goes first, so one long definition does not push out several short ones.
 COST_POWER = 0.25
 #: Share of a code budget kept for the headers of definitions that did not fit whole.
-SIGNATURE_SHARE = 0.1
+SIGNATURE_SHARE = 0.125
+#: A header is read up to its colon over at most this many lines ...
 MAX_SIGNATURE_LINES = 8
+#: ... and shown on one line of at most about this many characters.
+HEADER_WIDTH = 100
+_TRAILING_COMMA = re.compile(r",\s*([)\]}])")
+#: The question's search offers this many definitions, shown whole or by their header.
+QUESTION_CANDIDATES = 30
 #: A long definition keeps its first lines (signature, docstring) ...
 HEAD_LINES = 8
 #: ... and the lines with most focus terms, with this many lines around each.
@@ -139,14 +145,49 @@ def _focus_lines(lines: Sequence[tuple[int, str]], focus: set[str],
 _DOCSTRING_OPEN = re.compile(r"^\s*[rRuU]?(\"{3}|'{3})")
 
 
+def _without_comment(text: str) -> str:
+    """``text`` without its trailing ``#`` comment; a ``#`` inside a string stays."""
+    quote = ""
+    escaped = False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return text[:i].rstrip()
+    return text.rstrip()
+
+
+def _header_end(lines: Sequence[tuple[int, str]], def_line: int,
+                max_lines: int | None = None) -> int | None:
+    """Index in ``lines`` of the line that ends the definition's header (its ``:``, a
+    trailing comment aside), within ``max_lines`` of the ``def``/``class`` line when given;
+    None when there is none."""
+    seen = 0
+    for i, (no, text) in enumerate(lines):
+        if no < def_line:
+            continue
+        if _without_comment(text).endswith(":"):
+            return i
+        seen += 1
+        if max_lines is not None and seen >= max_lines:
+            return None
+    return None
+
+
 def docstring_summary(lines: Sequence[tuple[int, str]],
                       def_line: int) -> list[tuple[int, str]]:
     """``lines`` (a definition's, numbered) with its docstring cut to its first line of text
     and its closing line: the lines between are left out (the gap shows as ``...``). The
     code is what a question's answer reads; each line of prose kept out makes room for
     another definition (on the ctxeval tasks, body present +.03 to +.06 at the same split)."""
-    header_end = next((i for i, (no, text) in enumerate(lines)
-                       if no >= def_line and text.split("#", 1)[0].rstrip().endswith(":")), None)
+    header_end = _header_end(lines, def_line)
     if header_end is None:
         return list(lines)
     start = next((i for i in range(header_end + 1, len(lines)) if lines[i][1].strip()), None)
@@ -209,39 +250,54 @@ def _pinned(snippet: Snippet, pins: Sequence[PinnedRange]) -> bool:
     return False
 
 
-def signature_of(snippet: Snippet) -> str:
-    """The definition's header alone (decorators, the ``def``/``class`` line up to its
-    colon), body elided: what a candidate that did not fit whole still shows."""
-    out: list[str] = []
-    for line_no, text in snippet.lines:
-        if line_no < snippet.chunk.def_line:
-            if text.lstrip().startswith("@"):
-                out.append(text.rstrip())
-            continue
-        out.append(text.rstrip())
-        if text.rstrip().endswith(":") or len(out) >= MAX_SIGNATURE_LINES:
-            break
-    if len(snippet.lines) > len(out):
-        out.append(_indent_of("", out[-1]) + "    ...")
-    return "\n".join(out)
+def header_line(snippet: Snippet) -> str:
+    """The definition's header on one line, its body elided (``def f(a, b) -> int: ...``):
+    what a candidate that did not fit whole still shows, where it is and how it is called
+    for a tenth of a body's tokens. Decorators and comments are left out; a signature over
+    several lines is joined; one longer than ``HEADER_WIDTH`` keeps its first parameters."""
+    lines = [(no, text) for no, text in snippet.lines if no >= snippet.chunk.def_line]
+    if not lines:
+        return ""
+    end = _header_end(lines, snippet.chunk.def_line, MAX_SIGNATURE_LINES)
+    complete = end is not None
+    shown = lines[: (end if end is not None else MAX_SIGNATURE_LINES - 1) + 1]
+    joined = ""
+    for _, text in shown:
+        part = _without_comment(text).strip()
+        glue = not joined or joined.endswith(("(", "[", "{")) or part.startswith((")", "]", "}"))
+        joined += part if glue else " " + part
+    joined = _TRAILING_COMMA.sub(r"\1", joined)
+    if len(joined) > HEADER_WIDTH:
+        cut = joined.rfind(",", 0, HEADER_WIDTH)
+        joined = (joined[:cut] if cut > 0 else joined[:HEADER_WIDTH]) + ", ...)"
+        joined += ":" if complete else ""
+    elif not complete:
+        return joined + " ..."
+    return joined + (" ..." if len(lines) > len(shown) else "")
 
 
 def _choose(
     snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int], focus: Collection[str],
+    *, say_why: bool = True,
 ) -> tuple[list[CodeSnippet], int, set[tuple[str, int]]]:
     """Whole, by score per token (``COST_POWER``), while they fit in ``1 - SIGNATURE_SHARE``
     of ``tokens``; then, best first, the headers of the ones passed over while the rest lasts
-    (a definition located is worth a line). Returns the chosen ones in rank order, the tokens
-    they use and the keys of those shown whole."""
+    (``header_line``: a definition located is worth a line). Returns those shown whole in
+    rank order, then the headers in rank order (a smaller rung of the segment drops headers
+    first), the tokens they use and the keys of those shown whole. ``say_why``: each title
+    gives the snippet's reason (the cursor part's differ; the question part's heading says
+    its one reason)."""
     def cost(c: CodeSnippet) -> int:
-        return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + 8
+        # The fence and the blank line around a whole one; a header is one line of a list.
+        return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + (1 if c.header_only else 8)
 
-    def make(s: Snippet, text: str) -> CodeSnippet:
+    def make(s: Snippet, text: str, header_only: bool = False) -> CodeSnippet:
+        why = f" ({s.reason})" if say_why and not header_only else ""
         return CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
-                           title=f"{s.chunk.qualname} ({s.reason})", text=text)
+                           title=f"{s.chunk.qualname}{why}", text=text, header_only=header_only)
 
     whole_budget = int(tokens * (1 - SIGNATURE_SHARE))
-    picked: dict[int, CodeSnippet] = {}
+    whole_ones: dict[int, CodeSnippet] = {}
     used = 0
     rendered = [make(s, render_snippet(s, focus)) for s in snippets]
     costs = [cost(c) for c in rendered]
@@ -250,18 +306,19 @@ def _choose(
     for i in order:
         c, n = rendered[i], costs[i]
         if used + n <= whole_budget:
-            picked[i] = c
+            whole_ones[i] = c
             used += n
-    whole = {snippets[i].key for i in picked}
+    headers: list[CodeSnippet] = []
     for i, s in enumerate(snippets):
-        if i in picked:
+        if i in whole_ones:
             continue
-        c = make(s, signature_of(s))
+        c = make(s, header_line(s), header_only=True)
         n = cost(c)
         if used + n <= tokens:
-            picked[i] = c
+            headers.append(c)
             used += n
-    return [picked[i] for i in sorted(picked)], used, whole
+    whole = {snippets[i].key for i in whole_ones}
+    return [whole_ones[i] for i in sorted(whole_ones)] + headers, used, whole
 
 
 def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str | None:
@@ -357,8 +414,10 @@ def code_inputs(
     if not terms(query):
         return tuple(cursor_code), ()
     hits = [s for s in finder.search(query, names, graph=reach.graph, near_files=reach.near,
-                                     mirror_files=reach.mirrors, exclude=exclude)
+                                     mirror_files=reach.mirrors, exclude=exclude,
+                                     limit=QUESTION_CANDIDATES)
             if not _pinned(s, req.pins)]
     question_focus = set(terms(req.question)) | cursor_focus
-    question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus)
+    question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus,
+                                  say_why=False)
     return tuple(cursor_code), tuple(question_code)

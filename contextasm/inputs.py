@@ -96,12 +96,14 @@ class CodeSnippet:
 
     ``path`` is workspace-relative; ``line`` the 1-based line of its ``def``/``class``;
     ``title`` names it (``Class.method``) and why it was chosen. ``text`` is the code as
-    shown (elided parts marked), one snippet per definition."""
+    shown (elided parts marked), one snippet per definition; ``header_only``: ``text`` is
+    its header on one line (``def f(x): ...``), listed after the code shown whole."""
 
     path: str
     line: int
     title: str
     text: str
+    header_only: bool = False
 
     def __post_init__(self) -> None:
         if self.line < 1:

@@ -136,12 +136,19 @@ def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
 
 
 def code(heading: str, snippets: Sequence[CodeSnippet], omitted: int = 0) -> Pieces:
-    """Code segment J: each snippet under a ``path:line`` header, in the given order."""
+    """Code segment J: each snippet under a ``path:line`` header, in the given order, those
+    shown whole in a fence; then the header-only ones as one list."""
     if not snippets:
         return ()
     parts = [f"# {heading}\n\n"]
     for s in snippets:
-        parts.append(f"{s.path}:{s.line} {s.title}\n" + fenced(normalize(s.text)) + "\n")
+        if not s.header_only:
+            parts.append(f"{s.path}:{s.line} {s.title}\n" + fenced(normalize(s.text)) + "\n")
+    headers = [s for s in snippets if s.header_only]
+    if headers:
+        parts.append("Headers of more definitions (bodies left out):\n\n")
+        parts.extend(f"{s.path}:{s.line} {s.title}\n{normalize(s.text)}\n" for s in headers)
+        parts.append("\n")
     if omitted:
         parts.append(f"({omitted} more definitions left out for the budget)\n\n")
     return content("".join(parts))

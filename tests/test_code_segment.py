@@ -13,11 +13,13 @@ import pytest
 from test_contextasm_support import LlamaVocabTokenizer, load_tokenizer, make_identity
 
 from contenox_lsp.code_segment import (
+    HEADER_WIDTH,
     QUESTION_MIN_TOKENS,
     CodeBudget,
     CodeRequest,
     SteadyRate,
     code_inputs,
+    header_line,
     question_cap,
     render_snippet,
 )
@@ -291,7 +293,7 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
                                                  gemma: LlamaVocabTokenizer) -> None:
     """Of equally likely definitions the short ones are shown whole first: one long one does
     not take the room of several short ones (the rest still get their headers)."""
-    from contenox_lsp.code_segment import _choose
+    from contenox_lsp.code_segment import SIGNATURE_SHARE, _choose
 
     finder = finder_for(workspace)
     hits = finder.search("parse split unquote load value line", limit=10)
@@ -305,14 +307,18 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
 
     short_tokens = sum(count(f"{s.display}:{s.chunk.def_line + 1} {s.chunk.qualname} "
                              f"({s.reason})\n{render_snippet(s)}\n") + 8 for s in shorter[:2])
-    room = int((short_tokens + 2) / 0.9) + 1  # the two shortest whole, not the longest too
+    # The two shortest whole, not the longest too.
+    room = int((short_tokens + 2) / (1 - SIGNATURE_SHARE)) + 1
     chosen, used, whole = _choose(same, room, count, ())
     assert used <= room
     assert {s.key for s in sorted(shorter, key=lambda s: len(s.lines))[:2]} <= whole
     assert longest.key not in whole
     rank = {(s.display, s.chunk.def_line + 1): i for i, s in enumerate(same)}
-    order = [rank[(c.path, c.line)] for c in chosen]
-    assert order == sorted(order)  # shown in rank order, whatever order they were taken in
+    # Shown in rank order, whatever order they were taken in: those whole, then the headers.
+    assert [c.header_only for c in chosen] == sorted(c.header_only for c in chosen)
+    for header_only in (False, True):
+        order = [rank[(c.path, c.line)] for c in chosen if c.header_only is header_only]
+        assert order == sorted(order)
 
 
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
@@ -385,13 +391,38 @@ def test_what_does_not_fit_whole_keeps_its_header(workspace: Path, gemma: LlamaV
                         read_disk_text)[0]
     tight = code_inputs(finder, request(workspace, ""), count, CodeBudget(160, 1.0),
                         read_disk_text)[0]
-    whole = {c.title: c.text for c in roomy}
+    whole = {c.title.split()[0]: c.text for c in roomy}
+    assert not any(c.header_only for c in roomy)
     assert len(tight) >= 2
-    headers_only = [c for c in tight if c.text != whole[c.title]]
+    headers_only = [c for c in tight if c.header_only]
     assert headers_only, "a tight budget shows some definitions by their header"
+    assert tight[-len(headers_only):] == tuple(headers_only)  # listed after the whole ones
     for c in headers_only:
-        assert c.text.split("\n")[0] == whole[c.title].split("\n")[0] or c.text.startswith("@")
-        assert c.text.rstrip().endswith("...")
+        def_line = next(ln for ln in whole[c.title].split("\n") if not ln.lstrip().startswith("@"))
+        assert c.text == def_line.strip() + " ..."  # one line: the header, its body elided
+
+
+def test_a_header_is_one_line(tmp_path: Path) -> None:
+    src = (
+        "@decorated\n"
+        "def spread(\n"
+        "    first: int,  # the first\n"
+        "    second: str = '#not a comment',\n"
+        ") -> int:  # returns the sum\n"
+        "    return first\n\n\n"
+        "def wide(" + ", ".join(f"argument_{i}" for i in range(20)) + "):\n"
+        "    return None\n\n\n"
+        "class Shape(Base):\n"
+        "    sides = 3\n"
+    )
+    (tmp_path / "shapes.py").write_text(src)
+    finder = finder_for(tmp_path)
+    shown = {s.chunk.qualname: header_line(s)
+             for s in finder.search("spread wide shape first argument sides", limit=5)}
+    assert shown["spread"] == "def spread(first: int, second: str = '#not a comment') -> int: ..."
+    assert shown["wide"].startswith("def wide(argument_0, argument_1, ")
+    assert shown["wide"].endswith(", ...): ...") and len(shown["wide"]) <= HEADER_WIDTH + 12
+    assert shown["Shape"] == "class Shape(Base): ..."
 
 
 def test_a_long_definition_shows_its_head_and_the_lines_that_match(tmp_path: Path) -> None:
