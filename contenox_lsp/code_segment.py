@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contextasm import CodeSnippet
+from contextasm.render import HEADERS_HEADING
 from repo_index.chunks import Chunk
 from repo_index.code_search import CodeFinder, Snippet, texts_reader
 from repo_index.lexical import terms
@@ -35,8 +36,9 @@ COST_POWER = 0.25
 SIGNATURE_SHARE = 0.125
 #: A header is read up to its colon over at most this many lines ...
 MAX_SIGNATURE_LINES = 8
-#: ... and shown on one line of at most about this many characters.
-HEADER_WIDTH = 100
+#: ... and shown on one line of about this many characters at most (a one-line signature,
+#: unindented, mostly fits; a longer one keeps its first parameters).
+HEADER_WIDTH = 64
 _TRAILING_COMMA = re.compile(r",\s*([)\]}])")
 #: The question's search offers this many definitions, shown whole or by their header.
 QUESTION_CANDIDATES = 30
@@ -289,7 +291,7 @@ def _choose(
     its one reason)."""
     def cost(c: CodeSnippet) -> int:
         # The fence and the blank line around a whole one; a header is one line of a list.
-        return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + (1 if c.header_only else 8)
+        return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + (2 if c.header_only else 8)
 
     def make(s: Snippet, text: str, header_only: bool = False) -> CodeSnippet:
         why = f" ({s.reason})" if say_why and not header_only else ""
@@ -313,7 +315,7 @@ def _choose(
         if i in whole_ones:
             continue
         c = make(s, header_line(s), header_only=True)
-        n = cost(c)
+        n = cost(c) + (0 if headers else count(HEADERS_HEADING) + 1)  # the list's heading
         if used + n <= tokens:
             headers.append(c)
             used += n

@@ -135,6 +135,10 @@ def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
     return content(text + fenced("\n".join(lines)) + "\n")
 
 
+#: Above the header-only snippets of a code segment.
+HEADERS_HEADING = "Headers of more definitions (bodies left out):\n\n"
+
+
 def code(heading: str, snippets: Sequence[CodeSnippet], omitted: int = 0) -> Pieces:
     """Code segment J: each snippet under a ``path:line`` header, in the given order, those
     shown whole in a fence; then the header-only ones as one list."""
@@ -146,7 +150,7 @@ def code(heading: str, snippets: Sequence[CodeSnippet], omitted: int = 0) -> Pie
             parts.append(f"{s.path}:{s.line} {s.title}\n" + fenced(normalize(s.text)) + "\n")
     headers = [s for s in snippets if s.header_only]
     if headers:
-        parts.append("Headers of more definitions (bodies left out):\n\n")
+        parts.append(HEADERS_HEADING)
         parts.extend(f"{s.path}:{s.line} {s.title}\n{normalize(s.text)}\n" for s in headers)
         parts.append("\n")
     if omitted:

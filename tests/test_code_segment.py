@@ -550,3 +550,26 @@ def test_the_mirrored_source_ranks_above_an_equal_match(tmp_path: Path) -> None:
     mirrors = finder.mirrored_sources(str(tmp_path / "tests/test_beta.py"))
     boosted = finder.search("render the header", mirror_files=mirrors)
     assert [Path(s.path).name for s in boosted] == ["beta.py", "alpha.py"]
+
+
+def test_headers_are_listed_after_the_code_and_locate_their_definition(
+    gemma: LlamaVocabTokenizer,
+) -> None:
+    from contenox_bench.ctxeval_metrics import score
+
+    inputs = dataclasses.replace(_inputs(), question_code=(
+        CodeSnippet("pkg/b.py", 9, "g", "def g():\n    return 2"),
+        CodeSnippet("pkg/c.py", 4, "Shape.area", "def area(self) -> float: ...", header_only=True),
+        CodeSnippet("pkg/b.py", 20, "h", "def h(x): ...", header_only=True),
+    ))
+    asm = assemble(inputs, gemma, make_identity(gemma), max_new_tokens=100)
+    [segment] = [s for s in asm.segments if s.label == "code (question)"]
+    text = segment.text
+    assert text.index("pkg/b.py:9 g\n```") < text.index("Headers of more definitions")
+    assert ("pkg/c.py:4 Shape.area\ndef area(self) -> float: ...\n"
+            "pkg/b.py:20 h\ndef h(x): ...\n") in text
+    assert text.count("```") == 2  # one fence: the definition shown whole
+    # A header locates its definition in its file; its body is not shown.
+    task = {"gt_files": ["pkg/c.py"], "gt_defs": [
+        {"file": "pkg/c.py", "name": "area", "kind": "def", "body_line": "return self.w * self.h"}]}
+    assert score(asm, task) == {"file_recall": 1.0, "def_located": 1.0, "body_present": 0.0}
