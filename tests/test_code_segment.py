@@ -402,6 +402,31 @@ def test_what_does_not_fit_whole_keeps_its_header(workspace: Path, gemma: LlamaV
         assert c.text == def_line.strip() + " ..."  # one line: the header, its body elided
 
 
+def test_the_chosen_code_costs_what_it_counted(workspace: Path,
+                                               gemma: LlamaVocabTokenizer) -> None:
+    """What ``_choose`` says it used covers the segment as rendered, the header list's
+    heading included: the fit in ``assemble_within`` trusts it, and a part that keeps
+    overrunning is dropped."""
+    from contenox_lsp.code_segment import _choose
+    from contextasm import render
+
+    finder = finder_for(workspace)
+    hits = finder.search("parse split unquote load value line strict", limit=10)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    heading = count("# Code that matches the question\n\n")
+    with_headers = 0
+    for room in range(60, 600, 20):
+        chosen, used, _ = _choose(hits, room, count, (), say_why=False)
+        assert used <= room
+        shown = "".join(text for text, _ in render.code("Code that matches the question", chosen))
+        assert count(shown) <= used + heading, room
+        with_headers += any(c.header_only for c in chosen)
+    assert with_headers >= 3  # the rooms where a header list is shown were checked
+
+
 def test_a_header_is_one_line(tmp_path: Path) -> None:
     src = (
         "@decorated\n"
