@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from contenox_lsp import __version__
@@ -62,6 +63,11 @@ def _add_workspace_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--file", metavar="F", help="the file the question is about (focus + cursor)")
     p.add_argument("--line", type=int, metavar="N", help="1-based cursor line in --file")
+    p.add_argument(
+        "--test-output", metavar="FILE",
+        help="a test run's output ('-': stdin), shown as segment H; the definitions its "
+             "traceback runs through in the workspace lead the question's code",
+    )
     p.add_argument(
         "--context-tokens",
         type=int,
@@ -283,7 +289,23 @@ def _turn_request(args: argparse.Namespace, root: Any, question: str) -> Any:
     file = resolve_file(root, args.file)
     if args.line is not None and (file is None or args.line < 1):
         raise WorkspaceError("--line needs --file and must be >= 1", line=args.line)
-    return TurnRequest(question=question, file=file, line=args.line, max_tokens=args.max_tokens)
+    return TurnRequest(question=question, file=file, line=args.line, max_tokens=args.max_tokens,
+                       outputs=_test_output(args.test_output))
+
+
+def _test_output(name: str | None) -> tuple[tuple[str, str, str], ...]:
+    """``--test-output``: the file's text (its last ``MAX_OUTPUT_CHARS``, where a run's
+    failures are) as a ``test`` output."""
+    from contenox_lsp.params import MAX_OUTPUT_CHARS
+
+    if name is None:
+        return ()
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(errors="replace")
+    except OSError as exc:
+        raise InputError(f"--test-output: cannot read {name}: {exc.strerror or exc}",
+                         test_output=name) from exc
+    return (("test", "stdin" if name == "-" else Path(name).name, text[-MAX_OUTPUT_CHARS:]),)
 
 
 def _context_budget(args: argparse.Namespace) -> Any:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from contextasm import CodeSnippet
 from contextasm.render import HEADERS_HEADING
 from repo_index.chunks import Chunk
-from repo_index.code_search import CodeFinder, Snippet, texts_reader
+from repo_index.code_search import QUESTION_REASON, CodeFinder, Snippet, texts_reader
 from repo_index.lexical import terms
 
 #: A pinned range: absolute path, 0-based first and last line (None: the whole file).
@@ -42,6 +42,10 @@ HEADER_WIDTH = 64
 _TRAILING_COMMA = re.compile(r",\s*([)\]}])")
 #: The question's search offers this many definitions, shown whole or by their header.
 QUESTION_CANDIDATES = 30
+#: A definition an output's traceback ran through is shown before every search hit: its score
+#: is this many times the best hit's.
+TRACED_PRIORITY = 100.0
+FRAME_REASON = "in the output's traceback"
 #: A long definition keeps its first lines (signature, docstring) ...
 HEAD_LINES = 8
 #: ... and the lines with most focus terms, with this many lines around each.
@@ -280,21 +284,20 @@ def header_line(snippet: Snippet) -> str:
 
 def _choose(
     snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int], focus: Collection[str],
-    *, say_why: bool = True,
+    *, implied_reason: str | None = None,
 ) -> tuple[list[CodeSnippet], int, set[tuple[str, int]]]:
     """Whole, by score per token (``COST_POWER``), while they fit in ``1 - SIGNATURE_SHARE``
     of ``tokens``; then, best first, the headers of the ones passed over while the rest lasts
     (``header_line``: a definition located is worth a line). Returns those shown whole in
     rank order, then the headers in rank order (a smaller rung of the segment drops headers
-    first), the tokens they use and the keys of those shown whole. ``say_why``: each title
-    gives the snippet's reason (the cursor part's differ; the question part's heading says
-    its one reason)."""
+    first), the tokens they use and the keys of those shown whole. A title gives the
+    snippet's reason unless it is ``implied_reason`` (the segment's heading says it)."""
     def cost(c: CodeSnippet) -> int:
         # The fence and the blank line around a whole one; a header is one line of a list.
         return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + (2 if c.header_only else 8)
 
     def make(s: Snippet, text: str, header_only: bool = False) -> CodeSnippet:
-        why = f" ({s.reason})" if say_why and not header_only else ""
+        why = f" ({s.reason})" if s.reason != implied_reason and not header_only else ""
         return CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
                            title=f"{s.chunk.qualname}{why}", text=text, header_only=header_only)
 
@@ -334,7 +337,8 @@ def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str |
 @dataclass(frozen=True)
 class CodeRequest:
     """Where a turn is: the workspace folders, open buffers (absolute path → text), pins,
-    the question's file (workspace-relative) and 1-based line, and the question."""
+    the question's file (workspace-relative) and 1-based line, the question, and the places
+    its outputs' tracebacks name."""
 
     roots: Sequence[Path]
     buffers: Mapping[str, str]
@@ -342,6 +346,9 @@ class CodeRequest:
     path: Path | None
     line: int | None
     question: str
+    frames: Sequence[tuple[str, int]] = ()
+    """Where the turn's test or terminal output points (``frames.workspace_places``:
+    absolute path, 0-based line; innermost first)."""
 
 
 def unanswered_part(question: str, shown: Collection[str]) -> str:
@@ -412,14 +419,32 @@ def code_inputs(
     if path is not None and at is not None:
         exclude.add((path, at.def_line))
         shown.add(at.name)
+    # The definitions a traceback ran through come first, innermost first: where the
+    # failure is, more surely than any word of the question.
+    traced = [s for s in finder.definitions_at(req.frames, FRAME_REASON, len(req.frames))
+              if s.key not in exclude and not _pinned(s, req.pins)]
+    traced_keys = {s.key for s in traced}
     query = unanswered_part(req.question, shown)
-    if not terms(query):
+    hits: list[Snippet] = []
+    if terms(query):
+        hits = [s for s in finder.search(query, names, graph=reach.graph,
+                                         near_files=reach.near, mirror_files=reach.mirrors,
+                                         exclude=exclude | traced_keys,
+                                         limit=QUESTION_CANDIDATES)
+                if not _pinned(s, req.pins)]
+    if not traced and not hits:
         return tuple(cursor_code), ()
-    hits = [s for s in finder.search(query, names, graph=reach.graph, near_files=reach.near,
-                                     mirror_files=reach.mirrors, exclude=exclude,
-                                     limit=QUESTION_CANDIDATES)
-            if not _pinned(s, req.pins)]
-    question_focus = set(terms(req.question)) | cursor_focus
-    question_code, _, _ = _choose(hits, budget.question_room(used), count, question_focus,
-                                  say_why=False)
+    top = max((s.score for s in hits), default=1.0)
+    first = [replace(s, score=top * TRACED_PRIORITY * s.score) for s in traced]
+    question_focus = set(terms(req.question)) | cursor_focus | _frame_terms(traced, req.frames)
+    question_code, _, _ = _choose(first + hits, budget.question_room(used), count,
+                                  question_focus, implied_reason=QUESTION_REASON)
     return tuple(cursor_code), tuple(question_code)
+
+
+def _frame_terms(traced: Sequence[Snippet], frames: Sequence[tuple[str, int]]) -> set[str]:
+    """The search terms of the lines the frames point at: a long traced definition shows
+    them (``render_snippet``'s focus)."""
+    wanted = set(frames)
+    return {t for s in traced for no, text in s.lines if (s.path, no) in wanted
+            for t in terms(text)}

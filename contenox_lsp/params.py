@@ -16,6 +16,11 @@ from pygls.exceptions import JsonRpcInvalidParams
 UINT_MAX = 2**31 - 1
 #: The longest ``conversationId`` a request may name (a stored conversation's too).
 MAX_CONVERSATION_ID_CHARS = 200
+#: ``outputs`` of a request: at most this many entries, each at most this many characters.
+MAX_OUTPUTS = 8
+MAX_OUTPUT_CHARS = 200_000
+#: The kinds an output of a request may have (segment H).
+REQUEST_OUTPUT_KINDS = ("test", "terminal", "diagnostics")
 
 
 def invalid(message: str) -> JsonRpcInvalidParams:
@@ -63,6 +68,35 @@ def opt_choice(d: dict[str, Any], key: str, where: str, choices: tuple[str, ...]
     if v not in choices:
         raise invalid(f"{where}.{key} must be one of {', '.join(repr(c) for c in choices)}")
     return str(v)
+
+
+def outputs(d: dict[str, Any], key: str, where: str) -> tuple[tuple[str, str, str], ...]:
+    """``[{kind, source?, text}]`` → ``(kind, source, text)`` tuples (segment H); absent or
+    null is none."""
+    v = d.get(key)
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise invalid(f"{where}.{key} must be an array of {{kind, source?, text}}")
+    if len(v) > MAX_OUTPUTS:
+        raise invalid(f"{where}.{key} has {len(v)} entries; at most {MAX_OUTPUTS}")
+    out: list[tuple[str, str, str]] = []
+    for i, item in enumerate(v):
+        at = f"{where}.{key}[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(f"{at} must be an object {{kind, source?, text}}")
+        kind = opt_choice(item, "kind", at, REQUEST_OUTPUT_KINDS)
+        if kind is None:
+            raise invalid(f"{at}.kind must be one of "
+                          f"{', '.join(repr(c) for c in REQUEST_OUTPUT_KINDS)}")
+        text = item.get("text")
+        if not isinstance(text, str):
+            raise invalid(f"{at}.text must be a string")
+        if len(text) > MAX_OUTPUT_CHARS:
+            raise invalid(f"{at}.text has {len(text)} characters; at most {MAX_OUTPUT_CHARS}")
+        source = opt_str(item, "source", at)
+        out.append((kind, source.strip() if source and source.strip() else "request", text))
+    return tuple(out)
 
 
 def position(v: Any, where: str) -> types.Position:

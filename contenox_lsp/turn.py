@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from contenox_lsp import workspace_reads as W
 from contenox_lsp.code_segment import CodeBudget, CodeRequest, code_inputs
 from contenox_lsp.context_budget import ContextBudget, beside_question
+from contenox_lsp.frames import workspace_places
 from contenox_lsp.paths import relative_to_roots, root_of
 from contextasm import (
     Assembly,
@@ -189,6 +190,7 @@ def code(
         buffers={str(p): t for p, t in state.open_buffers.items()},
         pins=[(str(p.path), p.start_line, p.end_line) for p in state.pins],
         path=turn.path, line=turn.line, question=turn.question,
+        frames=workspace_places(turn.outputs, state.roots),
     )
     return code_inputs(finder, req, count, budget, read_disk_text)
 

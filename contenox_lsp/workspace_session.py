@@ -52,6 +52,7 @@ class TurnRequest:
     file: Path | None = None
     line: int | None = None  # 1-based
     max_tokens: int = DEFAULT_MAX_TOKENS
+    outputs: tuple[tuple[str, str, str], ...] = ()  # (kind, source, text): segment H
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class WorkspaceTurn:
 
     def turn(self, turn: TurnRequest) -> TurnSpec:
         line = None if turn.line is None else turn.line - 1
-        return turn_at([self.root], turn.file, turn.question, line=line)
+        return turn_at([self.root], turn.file, turn.question, line=line, outputs=turn.outputs)
 
     def assemble(self, turn: TurnRequest) -> Assembly:
         return assemble_within(self.state(turn), self.turn(turn), self.index, self.session,

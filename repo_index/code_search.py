@@ -41,6 +41,8 @@ MODULE_WINDOW = 12
 CURSOR_TERM_WEIGHT = 0.3
 #: Files whose chunks and lines are kept (a search's hits and the cursor's neighbours).
 FILES_CACHED = 512
+#: Why the question's search chose a definition (the question part's heading says it too).
+QUESTION_REASON = "matches the question"
 #: The question's search ranks this many BM25 hits (``question_rank``) ...
 RERANK_POOL = 100
 #: ... and the cursor's strongest graph definitions that BM25 did not find.
@@ -426,7 +428,7 @@ class CodeFinder:
         wordless = {(c.path, c.chunk.def_line) for c, _ in found if c.bm25 == 0.0}
         return [dataclasses.replace(s, reason="used by the code at the cursor")
                 if s.key in wordless else s
-                for s in self._snippets(scored, "matches the question", limit)]
+                for s in self._snippets(scored, QUESTION_REASON, limit)]
 
     def similar(self, code: str, *, skip_path: str | None = None,
                 limit: int = 4) -> list[Snippet]:
@@ -441,6 +443,25 @@ class CodeFinder:
                 for score, (p, def_line) in self.lexical.search(query, RERANK_POOL)
                 if p != skip_path]
         return self._snippets(hits, "similar code", limit)
+
+    def definitions_at(self, places: Iterable[tuple[str, int]], reason: str,
+                       limit: int) -> list[Snippet]:
+        """The definitions around ``places`` (absolute path, 0-based line), each once, the
+        first ``limit`` in the order given; a place in a file the index does not have, or
+        outside every definition, gives none. Scores fall with the order (1, 1/2, ...)."""
+        out: list[Snippet] = []
+        seen: set[tuple[str, int]] = set()
+        for p, line in places:
+            if self.index.version(p) is None:
+                continue
+            chunk, lines = self._chunk_at(p, line)
+            if chunk is None or (p, chunk.def_line) in seen:
+                continue
+            seen.add((p, chunk.def_line))
+            out.append(self._snippet(p, chunk, lines, 1.0 / len(seen), reason))
+            if len(out) >= limit:
+                break
+        return out
 
     def _snippets(self, ranked: Iterable[tuple[float, str, int]], reason: str,
                   limit: int) -> list[Snippet]:

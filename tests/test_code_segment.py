@@ -27,7 +27,7 @@ from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
-from repo_index.code_search import CodeFinder, mirrored_name
+from repo_index.code_search import QUESTION_REASON, CodeFinder, mirrored_name
 from repo_index.lexical import LexicalIndex, terms
 
 PARSER = '''\
@@ -419,7 +419,7 @@ def test_the_chosen_code_costs_what_it_counted(workspace: Path,
     heading = count("# Code that matches the question\n\n")
     with_headers = 0
     for room in range(60, 600, 20):
-        chosen, used, _ = _choose(hits, room, count, (), say_why=False)
+        chosen, used, _ = _choose(hits, room, count, (), implied_reason=QUESTION_REASON)
         assert used <= room
         shown = "".join(text for text, _ in render.code("Code that matches the question", chosen))
         assert count(shown) <= used + heading, room
@@ -598,3 +598,33 @@ def test_headers_are_listed_after_the_code_and_locate_their_definition(
     task = {"gt_files": ["pkg/c.py"], "gt_defs": [
         {"file": "pkg/c.py", "name": "area", "kind": "def", "body_line": "return self.w * self.h"}]}
     assert score(asm, task) == {"file_recall": 1.0, "def_located": 1.0, "body_present": 0.0}
+
+
+def test_the_definitions_a_traceback_ran_through_come_first(workspace: Path,
+                                                            gemma: LlamaVocabTokenizer) -> None:
+    finder = finder_for(workspace)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    parser = str((workspace / "config" / "parser.py").resolve())
+    test = str((workspace / "tests" / "test_parser.py").resolve())
+    lines = PARSER.split("\n")
+    in_unquote = lines.index("        return value[1:-1]")
+    in_split = lines.index("        return key.strip(), _unquote(value)")
+    question = "Why does parsing a quoted value fail?"
+    plain = code_inputs(finder, request(workspace, question), count, CodeBudget(900, 0.0),
+                        read_disk_text)[1]
+    assert plain and plain[0].title != "_unquote"
+    # Innermost first; the function at the cursor (the test) is where the user is already.
+    frames = ((parser, in_unquote), (parser, in_split), (test, 5))
+    traced = code_inputs(finder, dataclasses.replace(request(workspace, question), frames=frames),
+                         count, CodeBudget(900, 0.0), read_disk_text)[1]
+    assert [c.title for c in traced[:2]] == ["_unquote (in the output's traceback)",
+                                             "Parser._split (in the output's traceback)"]
+    assert not any(c.header_only for c in traced[:2])
+    assert "test_quoted_values" not in " ".join(c.title for c in traced)
+    # The search's hits follow, once each; "matches the question" is left to the heading.
+    rest = [c.title for c in traced[2:]]
+    assert rest and not any("matches the question" in t or "traceback" in t for t in rest)
+    assert not {"_unquote", "Parser._split"} & {t.split()[0] for t in rest}

@@ -39,7 +39,7 @@ KEYS = ["textDocument", "uri", "position", "range", "start", "end", "line", "cha
         "context", "diagnostics", "diagnostic", "message", "triggerKind", "version", "text",
         "contentChanges", "changes", "type", "languageId", "jsonrpc", "id", "only",
         "selectedCompletionInfo", "formattingOptions", "partialResultToken",
-        "workDoneToken", "accepted", "insertText"]
+        "workDoneToken", "accepted", "insertText", "outputs", "kind", "source"]
 
 STATS: collections.Counter[str] = collections.Counter()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -144,6 +145,14 @@ def test_wrong_types_and_outside_uris_are_invalid_params(
                       {"diagnostics": "boom"})],
         ("contenox/pin", {"uri": (workspace / "json" / "a%00b.py").as_uri()}),
         ("contenox/pin", {"uri": "file:///etc/passwd%00"}),
+        # outputs: an array of {kind, source?, text}, at most 8, kinds the client may send.
+        *[(method, {"question": "q", "outputs": outputs})
+          for method in ("contenox/ask", "contenox/explainContext")
+          for outputs in ("x", [1], [{"kind": "turn", "text": "t"}], [{"text": "t"}],
+                          [{"kind": "test"}], [{"kind": "test", "text": 5}],
+                          [{"kind": "test", "text": "t", "source": 3}],
+                          [{"kind": "test", "text": "t"}] * 9,
+                          [{"kind": "test", "text": "x" * 200_001}])],
     ]
     for method, params in cases:
         reply = server.request(method, params, timeout=60)
@@ -203,6 +212,48 @@ def test_untracked_symlinks_to_outside_never_reach_the_diff(tmp_path: Path) -> N
         assert canary not in text  # ...without what the links point to
     finally:
         srv.close()
+
+
+def test_a_traceback_in_the_outputs_shows_its_frames_code_and_nothing_outside(
+    server: RawServer, workspace: Path, tmp_path: Path
+) -> None:
+    """``outputs`` of explainContext: the test output is segment H as sent, and the
+    definitions its traceback ran through inside the workspace lead the question's code,
+    innermost first; a frame outside the workspace is not read."""
+    decoder = (workspace / "json" / "decoder.py").read_text(encoding="utf-8").split("\n")
+    init = (workspace / "json" / "__init__.py").read_text(encoding="utf-8").split("\n")
+    raw_decode = next(i for i, ln in enumerate(decoder) if "def raw_decode(" in ln)
+    raising = next(i for i in range(raw_decode, len(decoder))
+                   if "raise JSONDecodeError" in decoder[i]) + 1
+    decode = next(i for i, ln in enumerate(decoder)
+                  if "obj, end = self.raw_decode(" in ln) + 1
+    loads = next(i for i, ln in enumerate(init) if "return _default_decoder.decode(s)" in ln) + 1
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("CANARY_OUTSIDE_FRAME = 1\n", encoding="utf-8")
+    trace = (
+        "Traceback (most recent call last):\n"
+        f'  File "{outside}", line 1, in <module>\n'
+        f'  File "{workspace / "json" / "__init__.py"}", line {loads}, in loads\n'
+        f'  File "json/decoder.py", line {decode}, in decode\n'
+        f'  File "json/decoder.py", line {raising}, in raw_decode\n'
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n"
+    )
+    reply = server.request("contenox/explainContext", {
+        "question": "Why does this fail?", "includeText": True,
+        "outputs": [{"kind": "test", "source": "pytest", "text": trace}]}, timeout=300)
+    segments = reply["result"]["segments"]
+    output = next(s for s in segments if s["label"] == "test output pytest")
+    assert "JSONDecodeError: Expecting value" in output["text"]
+    code = next(s for s in segments if s["label"] == "code (question)")["text"]
+    titles = re.findall(r"^json/\S+:\d+ (.+)$", code, re.M)
+    # Shown whole, the traceback is their reason; one that did not fit leads the headers.
+    assert titles[:2] == ["JSONDecoder.raw_decode (in the output's traceback)",
+                          "JSONDecoder.decode (in the output's traceback)"]
+    headers = code.split("Headers of more definitions (bodies left out):\n\n", 1)
+    assert "loads (in the output's traceback)" in titles or (
+        len(headers) == 2 and headers[1].startswith("json/__init__.py:"))
+    text = "\n".join(s.get("text") or "" for s in segments)
+    assert "CANARY_OUTSIDE_FRAME" not in text.replace(trace, "")
 
 
 # -- edit storms -----------------------------------------------------------------------------------

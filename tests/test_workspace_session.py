@@ -260,3 +260,40 @@ def test_cli_ask_streams_the_answer_and_summarises_on_stderr(tmp_path: Path) -> 
     assert out.stdout.endswith("\n")
     summary = [ln for ln in out.stderr.splitlines() if "prompt tokens reused" in ln]
     assert len(summary) == 1 and "ttft" in summary[0], out.stderr
+
+
+def test_a_test_output_leads_the_question_code_with_its_traceback(
+    ws: WorkspaceTurn, repo: Path, tmp_path: Path
+) -> None:
+    decoder = (repo / "json" / "decoder.py").read_text("utf-8").split("\n")
+    raw_decode = next(i for i, ln in enumerate(decoder) if "def raw_decode(" in ln)
+    raising = next(i for i in range(raw_decode, len(decoder))
+                   if "raise JSONDecodeError" in decoder[i]) + 1
+    trace = ("Traceback (most recent call last):\n"
+             f'  File "json/decoder.py", line {raising}, in raw_decode\n'
+             "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n")
+    turn = TurnRequest("Why does this fail?", max_tokens=N_GEN,
+                       outputs=(("test", "pytest", trace),))
+    asm = ws.assemble(turn)
+    labels = [s.label for s in asm.segments]
+    assert "test output pytest" in labels
+    [code] = [s for s in asm.segments if s.label == "code (question)"]
+    first = code.text.split("\n")[2]  # after the segment's heading and a blank line
+    assert first.endswith("JSONDecoder.raw_decode (in the output's traceback)")
+    plain = ws.assemble(TurnRequest("Why does this fail?", max_tokens=N_GEN))
+    assert "traceback" not in "".join(s.text for s in plain.segments)
+
+    # The CLI: --test-output FILE, or '-' for stdin; a file it cannot read is a clear error.
+    env = {**os.environ, "CONTENOX_CACHE_DIR": str(tmp_path / "cli-cache")}
+    base = [sys.executable, "-m", "contenox_lsp.cli", "explain-context", "--workspace",
+            str(repo), "--question", "Why does this fail?", "--json"]
+    out = subprocess.run([*base, "--test-output", "-"], input=trace, capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "test output stdin" in [s["label"] for s in json.loads(out.stdout)["segments"]]
+    missing = subprocess.run([*base, "--test-output", str(tmp_path / "nope.log")],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert missing.returncode == 1
+    error = json.loads(missing.stdout)["error"]  # with --json, the error is JSON too
+    assert error["code"] == "invalid_params"
+    assert error["message"].startswith("--test-output: cannot read")

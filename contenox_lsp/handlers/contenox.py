@@ -46,7 +46,7 @@ def with_conversation(turn: TurnSpec, rt: Runtime, cid: str | None) -> TurnSpec:
     """The turn with the conversation's earlier turns in front of it (segment H)."""
     if cid is None:
         return turn
-    return replace(turn, outputs=turn.outputs + rt.conversation_outputs(cid))
+    return replace(turn, outputs=rt.conversation_outputs(cid) + turn.outputs)
 
 
 async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
@@ -60,9 +60,10 @@ async def explain_context(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     if not isinstance(include_text, bool):
         raise P.invalid("params.includeText must be a boolean")
     cid = conversation_id(p)
+    outputs = P.outputs(p, "outputs", "params")
     path = ls.checked_path(uri) if uri else None
     rt = runtime(ls)
-    turn = with_conversation(turn_for(ls, path, None, pos, question), rt, cid)
+    turn = with_conversation(turn_for(ls, path, None, pos, question, outputs), rt, cid)
     session = await rt.session()
     assembly = await rt.assemble(turn)
     return explain_view(assembly, session, rt.resident_tokens(), include_text=include_text,
@@ -79,12 +80,13 @@ async def ask(ls: ContenoxServer, params: Any) -> dict[str, Any]:
     partial = P.progress_token(p, "partialResultToken", "params")
     work_token = P.progress_token(p, "workDoneToken", "params")
     cid = conversation_id(p)
+    outputs = P.outputs(p, "outputs", "params")
     if rng is not None and uri is None:
         raise P.invalid("params.range needs params.textDocument")
     path = ls.checked_path(uri) if uri else None
     rt = runtime(ls)
-    turn = with_conversation(turn_for(ls, path, rng, rng.start if rng else None, question),
-                             rt, cid)
+    turn = with_conversation(
+        turn_for(ls, path, rng, rng.start if rng else None, question, outputs), rt, cid)
     on_piece: Callable[[str], None] | None = None
     if partial is not None:
         loop = asyncio.get_running_loop()

@@ -91,6 +91,16 @@ export interface DroppedSegment {
   status: string;
 }
 
+/** Output sent with a request (segment H): a test run's, a terminal's, diagnostics. The
+ * definitions its traceback runs through inside the workspace lead the question's code. */
+export interface RequestOutput {
+  kind: "test" | "terminal" | "diagnostics";
+  /** Where it came from, as the segment's label shows it ("pytest"); default "request". */
+  source?: string;
+  /** At most 200,000 characters. */
+  text: string;
+}
+
 export interface ExplainParams {
   textDocument?: TextDocumentIdentifier;
   position?: Position;
@@ -98,6 +108,8 @@ export interface ExplainParams {
   includeText?: boolean;
   /** Show this conversation's earlier turns among the segments (see AskParams). */
   conversationId?: string;
+  /** At most 8 (see AskParams). */
+  outputs?: RequestOutput[];
 }
 
 export interface Capabilities {
@@ -193,6 +205,8 @@ export interface AskParams {
   /** 1–200 characters, chosen by the client: the conversation's earlier turns are part of the
    * prompt, and a finished answer is appended to it. */
   conversationId?: string;
+  /** At most 8: each is a segment H of its own, after the conversation's earlier turns. */
+  outputs?: RequestOutput[];
   partialResultToken?: string | number;
   workDoneToken?: string | number;
 }
