@@ -45,6 +45,7 @@ QUESTION_CANDIDATES = 30
 #: A definition an output's traceback ran through is shown before every search hit: its score
 #: is this many times the best hit's.
 TRACED_PRIORITY = 100.0
+#: Why a traced definition is shown: its title says it (the heading names only the search).
 FRAME_REASON = "in the output's traceback"
 #: A long definition keeps its first lines (signature, docstring) ...
 HEAD_LINES = 8
@@ -258,8 +259,8 @@ def _pinned(snippet: Snippet, pins: Sequence[PinnedRange]) -> bool:
 
 def header_line(snippet: Snippet) -> str:
     """The definition's header on one line, its body elided (``def f(a, b) -> int: ...``):
-    what a candidate that did not fit whole still shows, where it is and how it is called
-    for a tenth of a body's tokens. Decorators and comments are left out; a signature over
+    what a candidate that did not fit whole still shows: where it is and how it is called,
+    in one line. Decorators and comments are left out; a signature over
     several lines is joined; one longer than ``HEADER_WIDTH`` keeps its first parameters."""
     lines = [(no, text) for no, text in snippet.lines if no >= snippet.chunk.def_line]
     if not lines:

@@ -95,7 +95,8 @@ class CodeSnippet:
     """A definition shown in the code segment (J): where it is, and the lines shown.
 
     ``path`` is workspace-relative; ``line`` the 1-based line of its ``def``/``class``;
-    ``title`` names it (``Class.method``) and why it was chosen. ``text`` is the code as
+    ``title`` names it (``Class.method``) and why it was chosen, unless the segment's
+    heading says it. ``text`` is the code as
     shown (elided parts marked), one snippet per definition; ``header_only``: ``text`` is
     its header on one line (``def f(x): ...``), listed after the code shown whole."""
 
