@@ -96,9 +96,9 @@ class CodeSnippet:
 
     ``path`` is workspace-relative; ``line`` the 1-based line of its ``def``/``class``;
     ``title`` names it (``Class.method``) and why it was chosen, unless the segment's
-    heading says it. ``text`` is the code as
-    shown (elided parts marked), one snippet per definition; ``header_only``: ``text`` is
-    its header on one line (``def f(x): ...``), listed after the code shown whole."""
+    heading says it. ``text`` is the code as shown (elided parts marked), one snippet per
+    definition; ``header_only``: ``text`` is its header on one line (``def f(x): ...``),
+    listed after the code shown whole."""
 
     path: str
     line: int
