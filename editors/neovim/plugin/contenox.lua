@@ -19,7 +19,17 @@ end
 
 vim.api.nvim_create_user_command('ContenoxAsk', function(opts)
   local range = range_of(opts)
-  local ask_opts = range and { range = { start = range[1] - 1, ['end'] = range[2] - 1 } } or nil
+  local ask_opts = range and { range = { start = range[1] - 1, ['end'] = range[2] - 1 } } or {}
+  if opts.bang then
+    -- :ContenoxAsk! sends the unnamed register (a yanked traceback, a test run's output).
+    local text = vim.fn.getreg('"')
+    if vim.trim(text) == '' then
+      require('contenox.util').notify('the unnamed register is empty: yank the test output first',
+        vim.log.levels.WARN)
+      return
+    end
+    ask_opts.outputs = { { kind = 'test', source = 'register', text = text } }
+  end
   local question = vim.trim(opts.args or '')
   if question ~= '' then
     require('contenox').ask(question, ask_opts)
@@ -30,7 +40,7 @@ vim.api.nvim_create_user_command('ContenoxAsk', function(opts)
       require('contenox').ask(input, ask_opts)
     end
   end)
-end, { nargs = '*', range = true, desc = 'Contenox: ask about the code, continuing the conversation (streams into a float; <C-c> cancels)' })
+end, { nargs = '*', range = true, bang = true, desc = 'Contenox: ask about the code, continuing the conversation (streams into a float; <C-c> cancels); with !, the unnamed register goes along as test output' })
 
 vim.api.nvim_create_user_command('ContenoxNew', function(opts)
   local range = range_of(opts)

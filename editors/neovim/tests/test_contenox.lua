@@ -295,6 +295,50 @@ test(':ContenoxNew starts another conversation; :ContenoxNew question asks in a 
   close_floats()
 end)
 
+test(':ContenoxAsk! sends the unnamed register as test output; its traceback leads the code', function()
+  vim.cmd.edit(app)
+  local trace = table.concat({
+    'Traceback (most recent call last):',
+    '  File "app.py", line 14, in scaled',
+    '    return clamp(x * 2, 0, 10)',
+    '  File "util.py", line 3, in clamp',
+    "TypeError: '<' not supported between instances of 'str' and 'int'",
+  }, '\n') .. '\n'
+  vim.fn.setreg('"', trace)
+  local sent
+  local plain_request = client.request
+  client.request = function(self, method, params, ...)
+    if method == 'contenox/ask' then
+      sent = params
+    end
+    return plain_request(self, method, params, ...)
+  end
+  local ok, state = pcall(ask_cmd, 'ContenoxAsk! Why does scaled fail?')
+  client.request = plain_request
+  H.ok(ok, tostring(state))
+  H.eq(sent.outputs, { { kind = 'test', source = 'register', text = trace } }, 'the register went along')
+  close_floats()
+  -- What the server makes of the same params: the output is a segment, its frames lead the code.
+  local r = request('contenox/explainContext', {
+    question = 'Why does scaled fail?', includeText = true, outputs = sent.outputs,
+    textDocument = { uri = vim.uri_from_fname(app) }, position = { line = 4, character = 0 },
+  })
+  local out = H.find(r.segments, function(s) return s.label == 'test output register' end)
+  H.ok(out and out.text:find('not supported', 1, true), 'the output segment')
+  local code = H.find(r.segments, function(s) return s.label == 'code (question)' end)
+  H.ok(code, 'a question code segment')
+  local first = code.text:match('\n\n(util%.py:%d+ [^\n]+)')
+  H.eq(first, "util.py:1 clamp (in the output's traceback)", 'the innermost frame first')
+  H.ok(code.text:find("app.py:13 scaled (in the output's traceback)", 1, true), 'then its caller')
+  -- An empty register sends nothing and says why.
+  vim.fn.setreg('"', '')
+  local before = require('contenox.ask').current
+  vim.cmd('ContenoxAsk! Why?')
+  H.eq(require('contenox.ask').current, before, 'no ask without output')
+  H.ok(notes[#notes].msg:find('register is empty', 1, true), 'a warning')
+  H.eq(notes[#notes].level, vim.log.levels.WARN)
+end)
+
 test(':ContenoxStatus shows the session in a float', function()
   local status = require('contenox.status')
   status.window = nil

@@ -119,6 +119,7 @@ end
 ---@field range? {start: integer, ['end']: integer}  0-based line range (inclusive) of a selection
 ---@field max_tokens? integer
 ---@field conversation_id? string  the conversation to continue (default: the current one)
+---@field outputs? {kind: string, source?: string, text: string}[]  a test run's or a terminal's output sent with the question (segment H); the definitions its traceback runs through lead the code the server shows
 ---@field on_done? fun(state: contenox.AskState)
 
 --- Ask a question; returns the state (nil when there is no client).
@@ -157,6 +158,9 @@ function M.ask(question, opts)
   end
   if opts.max_tokens then
     params.maxTokens = opts.max_tokens
+  end
+  if opts.outputs and #opts.outputs > 0 then
+    params.outputs = opts.outputs
   end
 
   local buf, win = util.float({}, {
