@@ -22,6 +22,7 @@ import {
   type ListPinsResult,
   type PinResult,
   type Range,
+  type RequestOutput,
   type StatusResult,
   type UnpinResult,
 } from './protocol';
@@ -71,6 +72,7 @@ export interface Deps {
 /** The extension's own command ids (never one of the server's SERVER_COMMANDS). */
 export const COMMANDS = {
   ask: 'contenox.ask',
+  askWithTestOutput: 'contenox.askWithTestOutput',
   cancelAsk: 'contenox.cancelAsk',
   explainContext: 'contenox.explainContext',
   refreshContext: 'contenox.refreshContext',
@@ -99,6 +101,8 @@ const RESTART = 'Restart Server';
 export interface AskOptions {
   question?: string;
   maxTokens?: number;
+  /** Sent along (segment H): the definitions a traceback in them runs through lead the code. */
+  outputs?: RequestOutput[];
 }
 
 /** A fresh client-chosen conversation id (PROTOCOL.md: 1–200 characters). */
@@ -157,6 +161,7 @@ export class Contenox implements vscode.Disposable {
     const reg = (id: string, fn: (...args: any[]) => unknown) =>
       this.disposables.push(vs.commands.registerCommand(id, fn));
     reg(COMMANDS.ask, (arg?: string | AskOptions) => this.ask(arg));
+    reg(COMMANDS.askWithTestOutput, () => this.askWithTestOutput());
     reg(COMMANDS.cancelAsk, () => this.cancelAsk());
     reg(COMMANDS.explainContext, () => this.explainContext());
     reg(COMMANDS.refreshContext, () => this.refreshContext(true));
@@ -466,6 +471,18 @@ export class Contenox implements vscode.Disposable {
 
   // -- ask -----------------------------------------------------------------------------------
 
+  /** "Contenox: Ask About Test Output (Clipboard)": the clipboard (a failing test's output,
+   * copied from the terminal) goes along with the question as a test output. */
+  async askWithTestOutput(): Promise<AskResult | undefined> {
+    const text = await this.vs.env.clipboard.readText();
+    if (!text.trim()) {
+      void this.vs.window.showWarningMessage(
+        "Contenox: the clipboard is empty: copy the failing test's output first.");
+      return undefined;
+    }
+    return this.ask({ outputs: [{ kind: 'test', source: 'clipboard', text }] });
+  }
+
   /** "Contenox: Ask": question → streamed answer in the conversation panel; every ask
    * continues the current conversation (its earlier turns are part of the prompt). */
   async ask(arg?: string | AskOptions): Promise<AskResult | undefined> {
@@ -499,6 +516,7 @@ export class Contenox implements vscode.Disposable {
       params.range = this.lastTarget.range;
     }
     if (opts.maxTokens) params.maxTokens = opts.maxTokens;
+    if (opts.outputs?.length) params.outputs = opts.outputs;
 
     this.cancelAsk();
     const cts = new vs.CancellationTokenSource();

@@ -139,6 +139,7 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
   const executed: { id: string; args: unknown[] }[] = [];
   const messages: Message[] = [];
   const inputAnswers: (string | undefined)[] = [];
+  const clipboard = { text: '' };
   const quickPicks: { items: any[]; options: any }[] = [];
   const panels: FakeWebviewPanel[] = [];
   const output: string[] = [];
@@ -231,6 +232,9 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
       },
       onDidChangeActiveTextEditor: editorChanges.event,
     },
+    env: {
+      clipboard: { readText: async () => clipboard.text },
+    },
     workspace: {
       workspaceFolders: opts.workspaceFolder ? [{ uri: FakeUri.file(opts.workspaceFolder), name: 'ws', index: 0 }] : undefined,
       getConfiguration: (_section: string) => ({
@@ -286,7 +290,7 @@ export function createFakeVscode(opts: { config?: Record<string, unknown>; works
   }
 
   return {
-    vscode, config, commands, executed, messages, inputAnswers, quickPicks, panels, output,
+    vscode, config, commands, executed, messages, inputAnswers, clipboard, quickPicks, panels, output,
     statusItem, treeView, treeVisibility, docChanges, editorChanges, configChanges, progressRuns,
     renderedMarkdown, openEditor, decorationTypes, contextKeys,
     run: (id: string, ...args: unknown[]) => {

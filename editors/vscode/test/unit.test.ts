@@ -235,6 +235,24 @@ describe('commands', () => {
     contenox.dispose();
   });
 
+  test('Ask About Test Output sends the clipboard along; an empty clipboard sends nothing', async () => {
+    const { fake, client, contenox } = await activate({
+      setup: (c) => { c.handlers['contenox/ask'] = () => ({ text: 'ok', metrics: {} }); },
+    });
+    const trace = 'Traceback (most recent call last):\n  File "app.py", line 3, in add\nTypeError: boom\n';
+    fake.clipboard.text = trace;
+    fake.inputAnswers.push('Why does add fail?');
+    assert.equal((await fake.run(COMMANDS.askWithTestOutput)).text, 'ok');
+    const req = client.sent.find((x) => x.method === 'contenox/ask')!;
+    assert.equal(req.params.question, 'Why does add fail?');
+    assert.deepEqual(req.params.outputs, [{ kind: 'test', source: 'clipboard', text: trace }]);
+    fake.clipboard.text = '  \n';
+    assert.equal(await fake.run(COMMANDS.askWithTestOutput), undefined);
+    assert.equal(client.sent.filter((x) => x.method === 'contenox/ask').length, 1);
+    assert.ok(fake.messages.some((m) => m.level === 'warning' && m.text.includes('clipboard is empty')));
+    contenox.dispose();
+  });
+
   test('an empty question does nothing', async () => {
     const { fake, client, contenox } = await activate();
     fake.inputAnswers.push('');
