@@ -21,7 +21,7 @@ from contenox_lsp.paths import is_under
 
 #: Output kinds whose text is searched for frames (an earlier turn's answer is not evidence).
 FRAME_KINDS = frozenset({"test", "terminal", "diagnostics"})
-#: Definitions taken from one turn's frames at most (the innermost).
+#: Places inside the workspace taken from one turn's outputs at most (the innermost frames).
 MAX_PLACES = 4
 
 _TRACEBACK = re.compile(r'^[ \t]*File "([^"\n]+)", line (\d+)(?:, in ([^\s,]+))?', re.M)
