@@ -172,26 +172,27 @@ def read_disk_text(path: str) -> str | None:
     return read_disk(Path(path))
 
 
-def code(
-    finder: CodeFinder | None, session: Session, state: WorkspaceState, turn: TurnSpec,
-    budget: CodeBudget,
-) -> tuple[tuple[CodeSnippet, ...], tuple[CodeSnippet, ...]]:
-    """Segment J's snippets: the cursor's (known before the question), the question's."""
-    if finder is None:
-        return (), ()
-
-    counter = default_token_counter()
-
-    def count(text: str) -> int:
-        return counter.count(session, text)
-
-    req = CodeRequest(
+def code_request(state: WorkspaceState, turn: TurnSpec) -> CodeRequest:
+    """Where the turn is, for segment J: the same for every fit of one assembly (the frames
+    of its outputs are read once)."""
+    return CodeRequest(
         roots=state.roots,
         buffers={str(p): t for p, t in state.open_buffers.items()},
         pins=[(str(p.path), p.start_line, p.end_line) for p in state.pins],
         path=turn.path, line=turn.line, question=turn.question,
         frames=workspace_places(turn.outputs, state.roots),
     )
+
+
+def code(
+    finder: CodeFinder, session: Session, req: CodeRequest, budget: CodeBudget,
+) -> tuple[tuple[CodeSnippet, ...], tuple[CodeSnippet, ...]]:
+    """Segment J's snippets: the cursor's (known before the question), the question's."""
+    counter = default_token_counter()
+
+    def count(text: str) -> int:
+        return counter.count(session, text)
+
     return code_inputs(finder, req, count, budget, read_disk_text)
 
 
@@ -274,11 +275,12 @@ def assemble_within(
     if finder is None:
         return without_code
     used = beside_question(without_code)
+    req = code_request(state, turn)
     for _ in range(FIT_TRIES):  # the cursor's code
         code_budget = budget.code(used)
         if code_budget.tokens <= 0:
             return without_code
-        cursor_code, question_code = code(finder, session, state, turn, code_budget)
+        cursor_code, question_code = code(finder, session, req, code_budget)
         with_cursor = build(cursor_code)
         over = beside_question(with_cursor) - budget.tokens
         if over <= 0:
@@ -294,5 +296,5 @@ def assemble_within(
         if over <= 0:
             return asm
         code_budget = replace(code_budget, question_trim=code_budget.question_trim + over)
-        question_code = code(finder, session, state, turn, code_budget)[1]
+        question_code = code(finder, session, req, code_budget)[1]
     return with_cursor
