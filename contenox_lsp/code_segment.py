@@ -15,9 +15,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from contextasm import CodeSnippet
-from contextasm.render import HEADERS_HEADING
+from contextasm.render import FILES_HEADING, FILES_SEPARATOR, HEADERS_HEADING
 from repo_index.chunks import Chunk
-from repo_index.code_search import QUESTION_REASON, CodeFinder, Snippet, texts_reader
+from repo_index.code_search import (
+    QUESTION_REASON,
+    CodeFinder,
+    FileHit,
+    Snippet,
+    is_test_path,
+    texts_reader,
+)
 from repo_index.lexical import terms
 
 #: A pinned range: absolute path, 0-based first and last line (None: the whole file).
@@ -42,6 +49,12 @@ HEADER_WIDTH = 64
 _TRAILING_COMMA = re.compile(r",\s*([)\]}])")
 #: The question's search offers this many definitions, shown whole or by their header.
 QUESTION_CANDIDATES = 30
+#: After the question's definitions, the files of this many more of its candidates are named
+#: on one line (a file a fix touches is often one whose code did not fit) ...
+MORE_FILES = 8
+#: ... each with a candidate scoring at least this share of the best hit's (a file with a
+#: stray word of the question is not worth its path).
+MORE_FILES_MIN_SCORE = 0.01
 #: A definition an output's traceback ran through is shown before every search hit: its score
 #: is this many times the best hit's.
 TRACED_PRIORITY = 100.0
@@ -283,16 +296,23 @@ def header_line(snippet: Snippet) -> str:
     return joined + (" ..." if len(lines) > len(shown) else "")
 
 
+def _files_line(files: Sequence[FileHit]) -> str:
+    return FILES_HEADING + FILES_SEPARATOR.join(f.display for f in files) + "\n\n"
+
+
 def _choose(
     snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int], focus: Collection[str],
-    *, implied_reason: str | None = None,
+    *, implied_reason: str | None = None, files: Sequence[FileHit] = (),
 ) -> tuple[list[CodeSnippet], int, set[tuple[str, int]]]:
     """Whole, by score per token (``COST_POWER``), while they fit in ``1 - SIGNATURE_SHARE``
     of ``tokens``; then, best first, the headers of the ones passed over while the rest lasts
-    (``header_line``: a definition located is worth a line). Returns those shown whole in
-    rank order, then the headers in rank order (a smaller rung of the segment drops headers
-    first), the tokens they use and the keys of those shown whole. A title gives the
-    snippet's reason unless it is ``implied_reason`` (the segment's heading says it)."""
+    (``header_line``: a definition located is worth a line); then up to ``MORE_FILES`` of
+    ``files`` (best first) that neither shows, named on one line: when the code leaves too
+    little room for that line, the code is chosen again in what the line leaves. Returns those
+    shown whole in rank order, then the headers in rank order, then the files (a smaller rung
+    of the segment drops files, then headers first), the tokens they use and the keys of those
+    shown whole. A title gives the snippet's reason unless it is ``implied_reason`` (the
+    segment's heading says it)."""
     def cost(c: CodeSnippet) -> int:
         # The fence and the blank line around a whole one; a header is one line of a list.
         return count(f"{c.path}:{c.line} {c.title}\n{c.text}\n") + (2 if c.header_only else 8)
@@ -302,29 +322,51 @@ def _choose(
         return CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
                            title=f"{s.chunk.qualname}{why}", text=text, header_only=header_only)
 
-    whole_budget = int(tokens * (1 - SIGNATURE_SHARE))
-    whole_ones: dict[int, CodeSnippet] = {}
-    used = 0
     rendered = [make(s, render_snippet(s, focus)) for s in snippets]
     costs = [cost(c) for c in rendered]
     order = sorted(range(len(snippets)),
                    key=lambda i: (-snippets[i].score / costs[i] ** COST_POWER, i))
-    for i in order:
-        c, n = rendered[i], costs[i]
-        if used + n <= whole_budget:
-            whole_ones[i] = c
-            used += n
-    headers: list[CodeSnippet] = []
-    for i, s in enumerate(snippets):
-        if i in whole_ones:
-            continue
-        c = make(s, header_line(s), header_only=True)
-        n = cost(c) + (0 if headers else count(HEADERS_HEADING) + 1)  # the list's heading
-        if used + n <= tokens:
-            headers.append(c)
-            used += n
-    whole = {snippets[i].key for i in whole_ones}
-    return [whole_ones[i] for i in sorted(whole_ones)] + headers, used, whole
+
+    def pick(room: int) -> tuple[dict[int, CodeSnippet], list[CodeSnippet], int]:
+        whole_budget = int(room * (1 - SIGNATURE_SHARE))
+        whole_ones: dict[int, CodeSnippet] = {}
+        used = 0
+        for i in order:
+            if used + costs[i] <= whole_budget:
+                whole_ones[i] = rendered[i]
+                used += costs[i]
+        headers: list[CodeSnippet] = []
+        for i, s in enumerate(snippets):
+            if i in whole_ones:
+                continue
+            c = make(s, header_line(s), header_only=True)
+            n = cost(c) + (0 if headers else count(HEADERS_HEADING) + 1)  # the list's heading
+            if used + n <= room:
+                headers.append(c)
+                used += n
+        return whole_ones, headers, used
+
+    def unshown(whole_ones: Mapping[int, CodeSnippet],
+                headers: Sequence[CodeSnippet]) -> list[FileHit]:
+        shown_files = {c.path for c in whole_ones.values()} | {c.path for c in headers}
+        return [f for f in files if f.display not in shown_files][:MORE_FILES]
+
+    whole_ones, headers, used = pick(tokens)
+    wanted = unshown(whole_ones, headers)
+    line = count(_files_line(wanted)) if wanted else 0
+    if used + line > tokens:
+        whole_ones, headers, used = pick(tokens - line)
+        wanted = unshown(whole_ones, headers)
+    named: list[FileHit] = []
+    for hit in wanted:
+        more = count(_files_line([*named, hit])) - (count(_files_line(named)) if named else 0)
+        if used + more <= tokens:
+            named.append(hit)
+            used += more
+    shown = [whole_ones[i] for i in sorted(whole_ones)] + headers
+    shown += [CodeSnippet(path=f.display, line=f.def_line + 1, title="", text="",
+                          file_only=True) for f in named]
+    return shown, used, {snippets[i].key for i in whole_ones}
 
 
 def absolute_path(roots: Sequence[Path], finder: CodeFinder, rel: Path) -> str | None:
@@ -350,6 +392,9 @@ class CodeRequest:
     frames: Sequence[tuple[str, int]] = ()
     """Where the turn's test or terminal output points (``frames.workspace_places``:
     absolute path, 0-based line; innermost first)."""
+    mapped: Collection[str] = ()
+    """The files the repo map shows (absolute paths): the question part does not name them
+    again."""
 
 
 def unanswered_part(question: str, shown: Collection[str]) -> str:
@@ -427,19 +472,27 @@ def code_inputs(
     traced_keys = {s.key for s in traced}
     query = unanswered_part(req.question, shown)
     hits: list[Snippet] = []
+    files: list[FileHit] = []
     if terms(query):
-        hits = [s for s in finder.search(query, names, graph=reach.graph,
+        found = finder.search_with_files(query, names, graph=reach.graph,
                                          near_files=reach.near, mirror_files=reach.mirrors,
                                          exclude=exclude | traced_keys,
                                          limit=QUESTION_CANDIDATES)
-                if not _pinned(s, req.pins)]
+        hits = [s for s in found.snippets if not _pinned(s, req.pins)]
+        # Named: source files the context does not show already (the open file, the map's,
+        # the cursor part's); test files are where a fix is checked, not made.
+        shown_paths = set(req.mapped) | ({path} if path is not None else set())
+        shown_displays = {c.path for c in cursor_code}
+        least = MORE_FILES_MIN_SCORE * max((f.score for f in found.files), default=0.0)
+        files = [f for f in found.files if f.score >= least and f.path not in shown_paths
+                 and f.display not in shown_displays and not is_test_path(f.display)]
     if not traced and not hits:
         return tuple(cursor_code), ()
     top = max((s.score for s in hits), default=1.0)
     first = [replace(s, score=top * TRACED_PRIORITY * s.score) for s in traced]
     question_focus = set(terms(req.question)) | cursor_focus | _frame_terms(traced, req.frames)
     question_code, _, _ = _choose(first + hits, budget.question_room(used), count,
-                                  question_focus, implied_reason=QUESTION_REASON)
+                                  question_focus, implied_reason=QUESTION_REASON, files=files)
     return tuple(cursor_code), tuple(question_code)
 
 

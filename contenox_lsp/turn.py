@@ -172,15 +172,17 @@ def read_disk_text(path: str) -> str | None:
     return read_disk(Path(path))
 
 
-def code_request(state: WorkspaceState, turn: TurnSpec) -> CodeRequest:
+def code_request(state: WorkspaceState, turn: TurnSpec,
+                 rmap: RepoMap | None = None) -> CodeRequest:
     """Where the turn is, for segment J: the same for every fit of one assembly (the frames
-    of its outputs are read once)."""
+    of its outputs are read once); ``rmap``, the map beside it."""
     return CodeRequest(
         roots=state.roots,
         buffers={str(p): t for p, t in state.open_buffers.items()},
         pins=[(str(p.path), p.start_line, p.end_line) for p in state.pins],
         path=turn.path, line=turn.line, question=turn.question,
         frames=workspace_places(turn.outputs, state.roots),
+        mapped=frozenset(rmap.files) if rmap is not None else frozenset(),
     )
 
 
@@ -275,7 +277,7 @@ def assemble_within(
     if finder is None:
         return without_code
     used = beside_question(without_code)
-    req = code_request(state, turn)
+    req = code_request(state, turn, rmap)
     for _ in range(FIT_TRIES):  # the cursor's code
         code_budget = budget.code(used)
         if code_budget.tokens <= 0:

@@ -278,7 +278,8 @@ def repo_map_from_index(
         m = index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
         return m.text, m.digest
 
-    text, digest = render(budget_tokens)
-    if not text.strip():
+    first = index.repo_map(budget_tokens=budget_tokens, focus_files=focus, count_tokens=count)
+    if not first.text.strip():
         return None
-    return RepoMap(text=text, digest=digest, render=render)
+    return RepoMap(text=first.text, digest=first.digest, render=render,
+                   files=tuple(first.files))

@@ -526,7 +526,9 @@ class _Builder:
         def by_count(k: int) -> Variant | None:
             if k == 0:
                 return None
-            return self.variant(render.code(heading, snippets[:k], n - k), truncated=k < n)
+            # A file-only snippet is a pointer, not a definition left out.
+            omitted = sum(1 for s in snippets[k:] if not s.file_only)
+            return self.variant(render.code(heading, snippets[:k], omitted), truncated=k < n)
 
         return Slot(SegmentKind.CODE, label, CacheClass.LOW, invalidation, by_count, k_max=n,
                     soft_floor=1, question_keyed=question_keyed)

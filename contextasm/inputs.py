@@ -39,13 +39,15 @@ class RepoMap:
     """An already rendered repo map (segment E).
 
     ``digest`` identifies the map's content (from ``repo_index``); ``render`` optionally
-    re-renders it within a smaller token budget when the prompt is over budget. Only ``text``
+    re-renders it within a smaller token budget when the prompt is over budget; ``files``:
+    the files it shows, as the caller names them (the server: absolute paths). Only ``text``
     and ``digest`` take part in equality: a callable does not change the segment.
     """
 
     text: str
     digest: str
     render: RepoMapRenderer | None = field(default=None, compare=False, repr=False)
+    files: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,16 @@ class CodeSnippet:
     ``title`` names it (``Class.method``) and why it was chosen, unless the segment's
     heading says it. ``text`` is the code as shown (elided parts marked), one snippet per
     definition; ``header_only``: ``text`` is its header on one line (``def f(x): ...``),
-    listed after the code shown whole."""
+    listed after the code shown whole; ``file_only``: only its file is named, in one line
+    of more files after the headers (a pointer where a definition is not worth its lines;
+    ``title`` and ``text`` are not shown)."""
 
     path: str
     line: int
     title: str
     text: str
     header_only: bool = False
+    file_only: bool = False
 
     def __post_init__(self) -> None:
         if self.line < 1:

@@ -137,22 +137,30 @@ def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
 
 #: Above the header-only snippets of a code segment.
 HEADERS_HEADING = "Headers of more definitions (bodies left out):\n\n"
+#: Before the file-only snippets of a code segment, on one line.
+FILES_HEADING = "More files that match: "
+#: Between two files of that line.
+FILES_SEPARATOR = ", "
 
 
 def code(heading: str, snippets: Sequence[CodeSnippet], omitted: int = 0) -> Pieces:
     """Code segment J: each snippet under a ``path:line`` header, in the given order, those
-    shown whole in a fence; then the header-only ones as one list."""
+    shown whole in a fence; then the header-only ones as one list; then the files of the
+    file-only ones on one line."""
     if not snippets:
         return ()
     parts = [f"# {heading}\n\n"]
     for s in snippets:
-        if not s.header_only:
+        if not s.header_only and not s.file_only:
             parts.append(f"{s.path}:{s.line} {s.title}\n" + fenced(normalize(s.text)) + "\n")
-    headers = [s for s in snippets if s.header_only]
+    headers = [s for s in snippets if s.header_only and not s.file_only]
     if headers:
         parts.append(HEADERS_HEADING)
         parts.extend(f"{s.path}:{s.line} {s.title}\n{normalize(s.text)}\n" for s in headers)
         parts.append("\n")
+    files = [s.path for s in snippets if s.file_only]
+    if files:
+        parts.append(FILES_HEADING + FILES_SEPARATOR.join(files) + "\n\n")
     if omitted:
         parts.append(f"({omitted} more definitions left out for the budget)\n\n")
     return content("".join(parts))

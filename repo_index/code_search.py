@@ -69,6 +69,25 @@ class Snippet:
         return (self.path, self.chunk.def_line)
 
 
+@dataclass(frozen=True)
+class FileHit:
+    """A file the question's search ranked a candidate in, by its best one."""
+
+    path: str  # absolute
+    display: str  # workspace-relative
+    def_line: int  # 0-based, of its best candidate
+    score: float  # its best candidate's
+
+
+@dataclass(frozen=True)
+class QuestionHits:
+    """What the question's search found: the snippets, best first, and the file of every
+    candidate it ranked, best first, each once."""
+
+    snippets: list[Snippet]
+    files: tuple[FileHit, ...]
+
+
 def is_test_path(path: str) -> bool:
     parts = path.replace(os.sep, "/").split("/")
     name = parts[-1]
@@ -370,8 +389,9 @@ class CodeFinder:
     ) -> list[tuple[Candidate, tuple[float, ...]]]:
         """What the question's search ranks, with each one's features (``question_rank``):
         the ``RERANK_POOL`` chunks BM25 finds for the question and, weaker, the identifiers
-        near the cursor, then the ``GRAPH_CANDIDATES`` strongest of ``graph`` (the cursor's
-        symbol-graph weights by chunk key) not found already; none of ``exclude``.
+        near the cursor, then those of the ``RERANK_POOL`` it finds for the question alone,
+        then the ``GRAPH_CANDIDATES`` strongest of ``graph`` (the cursor's symbol-graph
+        weights by chunk key), each not found already; none of ``exclude``.
         ``near_files``: the files the cursor's code reaches; ``mirror_files``: the source the
         open test module is named after."""
         graph = graph or {}
@@ -388,6 +408,12 @@ class CodeFinder:
         keys = [k for _, k in both.top(RERANK_POOL + len(excluded))
                 if k not in excluded][:RERANK_POOL]
         found = set(keys)
+        # The question's own best hits too: names repeated near the cursor can outweigh a
+        # rare word of the question (``norwegian``) and push its one match out of the pool.
+        for _, k in by_question.top(RERANK_POOL + len(excluded)):
+            if k not in found and k not in excluded:
+                keys.append(k)
+                found.add(k)
         strongest = sorted(graph.items(), key=lambda kv: (-kv[1], kv[0]))
         keys += [k for k, _ in strongest if k not in found and k not in excluded
                  ][:GRAPH_CANDIDATES]
@@ -419,16 +445,39 @@ class CodeFinder:
         """Chunks for the question, best first: ``question_candidates`` ordered by
         ``self.ranker`` (``question_rank``: BM25 with the question, the cursor's graph, the
         mirrored source and the files the cursor reaches up; test code and stubs down)."""
+        return self.search_with_files(question, cursor_names, graph=graph,
+                                      near_files=near_files, mirror_files=mirror_files,
+                                      exclude=exclude, limit=limit).snippets
+
+    def search_with_files(
+        self,
+        question: str,
+        cursor_names: Collection[str] = (),
+        *,
+        graph: Mapping[tuple[str, int], float] | None = None,
+        near_files: Collection[str] = (),
+        mirror_files: Collection[str] = (),
+        exclude: Collection[tuple[str, int]] = (),
+        limit: int = 20,
+    ) -> QuestionHits:
+        """``search``'s snippets and the files of every candidate it ranked (past ``limit``
+        too), in the same order: where else the question's words are, at no extra cost."""
         found = self.question_candidates(question, cursor_names, graph=graph,
                                          near_files=near_files, mirror_files=mirror_files,
                                          exclude=exclude)
+        displays = {c.path: c.display for c, _ in found}
         scored = sorted(((self.ranker.score(feats), c.path, c.chunk.def_line)
                          for c, feats in found), key=lambda x: (-x[0], x[1], x[2]))
         # A graph definition with no word of the question says why it is there.
         wordless = {(c.path, c.chunk.def_line) for c, _ in found if c.bm25 == 0.0}
-        return [dataclasses.replace(s, reason="used by the code at the cursor")
-                if s.key in wordless else s
-                for s in self._snippets(scored, QUESTION_REASON, limit)]
+        snippets = [dataclasses.replace(s, reason="used by the code at the cursor")
+                    if s.key in wordless else s
+                    for s in self._snippets(scored, QUESTION_REASON, limit)]
+        best: dict[str, FileHit] = {}
+        for score, p, def_line in scored:
+            if p not in best:
+                best[p] = FileHit(p, displays[p], def_line, score)
+        return QuestionHits(snippets, tuple(best.values()))
 
     def similar(self, code: str, *, skip_path: str | None = None,
                 limit: int = 4) -> list[Snippet]:

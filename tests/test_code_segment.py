@@ -27,7 +27,7 @@ from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
-from repo_index.code_search import QUESTION_REASON, CodeFinder, mirrored_name
+from repo_index.code_search import QUESTION_REASON, CodeFinder, FileHit, mirrored_name
 from repo_index.lexical import LexicalIndex, terms
 
 PARSER = '''\
@@ -417,14 +417,20 @@ def test_the_chosen_code_costs_what_it_counted(workspace: Path,
         return len(gemma.tokenize(text, special=False))
 
     heading = count("# Code that matches the question\n\n")
-    with_headers = 0
+    files = [FileHit(f"/ws/pkg/module_{i}.py", f"pkg/module_{i}.py", 0, 1.0) for i in range(12)]
+    with_headers = with_files = 0
     for room in range(60, 600, 20):
-        chosen, used, _ = _choose(hits, room, count, (), implied_reason=QUESTION_REASON)
-        assert used <= room
-        shown = "".join(text for text, _ in render.code("Code that matches the question", chosen))
-        assert count(shown) <= used + heading, room
-        with_headers += any(c.header_only for c in chosen)
-    assert with_headers >= 3  # the rooms where a header list is shown were checked
+        for more in ((), files):
+            chosen, used, _ = _choose(hits, room, count, (), implied_reason=QUESTION_REASON,
+                                      files=more)
+            assert used <= room
+            shown = "".join(text for text, _ in render.code("Code that matches the question",
+                                                            chosen))
+            assert count(shown) <= used + heading, (room, len(more))
+            with_headers += any(c.header_only for c in chosen)
+            with_files += any(c.file_only for c in chosen)
+    # The rooms where a header list, and a line of files, is shown were checked.
+    assert with_headers >= 3 and with_files >= 3
 
 
 def test_a_header_is_one_line(tmp_path: Path) -> None:
@@ -628,3 +634,55 @@ def test_the_definitions_a_traceback_ran_through_come_first(workspace: Path,
     rest = [c.title for c in traced[2:]]
     assert rest and not any("matches the question" in t or "traceback" in t for t in rest)
     assert not {"_unquote", "Parser._split"} & {t.split()[0] for t in rest}
+
+
+def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVocabTokenizer,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past what fits whole or as a header, the question part names the files of more of
+    its candidates on one line: source files only, none the context shows already."""
+    from contenox_lsp import code_segment
+    from contenox_lsp.code_segment import MORE_FILES
+
+    body = ('def render_{n}(value):\n    """Render the header."""\n'
+            + "".join(f"    value = value.replace('{i}', 'header {i}')\n" for i in range(12))
+            + "    return value\n")
+    (tmp_path / "pkg").mkdir()
+    for n in range(MORE_FILES + 4):
+        (tmp_path / f"pkg/render_{n:02}.py").write_text(body.format(n=n))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_render.py").write_text(
+        "from pkg.render_00 import render_0\n\n\ndef test_header_rendering():\n"
+        "    assert render_0('header') == 'Header'\n")
+    (tmp_path / "tests/test_header.py").write_text("def test_render_the_header():\n    pass\n")
+    finder = finder_for(tmp_path)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    req = CodeRequest(roots=[tmp_path], buffers={}, pins=[], path=Path("tests/test_render.py"),
+                      line=5, question="How is the header rendered?",
+                      mapped=[str((tmp_path / "pkg/render_03.py").resolve())])
+    _, asked = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
+    named = [c for c in asked if c.file_only]
+    assert named and asked[-len(named):] == tuple(named)  # listed last
+    assert len(named) <= MORE_FILES
+    shown = {c.path for c in asked if not c.file_only}
+    for c in named:
+        assert c.path.startswith("pkg/render_") and c.path not in shown
+    assert "pkg/render_03.py" not in {c.path for c in named}  # the repo map shows it
+    # In the segment: one line after the headers.
+    inputs = dataclasses.replace(_inputs(), question_code=asked)
+    asm = assemble(inputs, gemma, make_identity(gemma), max_new_tokens=100)
+    [segment] = [s for s in asm.segments if s.label == "code (question)"]
+    line = "More files that match: " + ", ".join(c.path for c in named) + "\n"
+    assert line in segment.text
+    if any(c.header_only for c in asked):
+        assert segment.text.index("Headers of more definitions") < segment.text.index(line)
+    # With room for every candidate whole, nothing is left to name.
+    _, roomy = code_inputs(finder, req, count, CodeBudget(6000, 0.0), read_disk_text)
+    assert roomy and not any(c.file_only for c in roomy)
+    # A file is named only for a candidate scoring near enough the best hit (here the
+    # source the test imports, which the cursor's code reaches, scores above the rest).
+    monkeypatch.setattr(code_segment, "MORE_FILES_MIN_SCORE", 1.0)
+    _, strict = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
+    assert not any(c.file_only for c in strict)

@@ -91,6 +91,34 @@ def test_the_cursors_graph_brings_and_lifts_a_definition(tmp_path: Path) -> None
     assert "gamma.py:compute_totals" not in names(finder.search("render the header"))
 
 
+def test_the_questions_own_match_stays_a_candidate_whatever_the_cursor_repeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The identifiers near the cursor weigh by how often they occur: repeated ones can fill
+    the pool the ranker sees. The question's own best hits are candidates all the same (its
+    one rare word, ``norwegian``, names the class the fix is in)."""
+    from repo_index import code_search
+
+    monkeypatch.setattr(code_search, "RERANK_POOL", 3)
+    formatting = "".join(
+        f"def format_timeframe_{i}(timeframe, delta):\n"
+        f"    return format_timeframe(timeframe, delta) + format_timeframe(timeframe, {i})\n\n\n"
+        for i in range(4))
+    others = "".join(f"def helper_{i}(rows):\n    return sorted(rows)[{i}]\n\n\n"
+                     for i in range(30))
+    write(tmp_path, {
+        "pkg/formatting.py": formatting,
+        "pkg/helpers.py": others,
+        "pkg/locales.py": "class NorwegianLocale(Locale):\n    ordinal = '.'\n",
+    })
+    finder = finder_for(tmp_path)
+    question = "Fix ordinals for norwegian languages"
+    cursor_names = ["format_timeframe"] * 8
+    found = names(finder.search(question, cursor_names, limit=10))
+    assert "locales.py:NorwegianLocale" in found
+    assert sum(n.startswith("formatting.py:") for n in found) == 3  # the cursor's pool of 3
+
+
 def test_a_ranker_needs_one_weight_per_feature() -> None:
     with pytest.raises(ValueError, match=f"{len(FEATURES)} weights"):
         QuestionRanker((1.0, 2.0))
