@@ -480,8 +480,10 @@ def code_inputs(
                                          limit=QUESTION_CANDIDATES)
         hits = [s for s in found.snippets if not _pinned(s, req.pins)]
         # Named: source files the context does not show already (the open file, the map's,
-        # the cursor part's); test files are where a fix is checked, not made.
-        shown_paths = set(req.mapped) | ({path} if path is not None else set())
+        # the pins', the cursor part's); test files are where a fix is checked, not made.
+        shown_paths = {*req.mapped, *(p for p, _, _ in req.pins)}
+        if path is not None:
+            shown_paths.add(path)
         shown_displays = {c.path for c in cursor_code}
         least = MORE_FILES_MIN_SCORE * max((f.score for f in found.files), default=0.0)
         files = [f for f in found.files if f.score >= least and f.path not in shown_paths

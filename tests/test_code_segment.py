@@ -659,8 +659,10 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
     def count(text: str) -> int:
         return len(gemma.tokenize(text, special=False))
 
-    req = CodeRequest(roots=[tmp_path], buffers={}, pins=[], path=Path("tests/test_render.py"),
-                      line=5, question="How is the header rendered?",
+    req = CodeRequest(roots=[tmp_path], buffers={}, pins=[
+                          (str((tmp_path / "pkg/render_04.py").resolve()), 0, 2)],
+                      path=Path("tests/test_render.py"), line=5,
+                      question="How is the header rendered?",
                       mapped=[str((tmp_path / "pkg/render_03.py").resolve())])
     _, asked = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
     named = [c for c in asked if c.file_only]
@@ -670,6 +672,7 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
     for c in named:
         assert c.path.startswith("pkg/render_") and c.path not in shown
     assert "pkg/render_03.py" not in {c.path for c in named}  # the repo map shows it
+    assert "pkg/render_04.py" not in {c.path for c in named}  # a pin shows it
     # In the segment: one line after the headers.
     inputs = dataclasses.replace(_inputs(), question_code=asked)
     asm = assemble(inputs, gemma, make_identity(gemma), max_new_tokens=100)
