@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from contenox_lsp.code_segment import (
 )
 from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
+from contextasm.errors import ContextOverflowError
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
 from repo_index.code_search import QUESTION_REASON, CodeFinder, FileHit, mirrored_name
@@ -689,3 +691,35 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
     monkeypatch.setattr(code_segment, "MORE_FILES_MIN_SCORE", 1.0)
     _, strict = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
     assert not any(c.file_only for c in strict)
+
+
+def test_a_shrunk_question_part_drops_the_files_first_and_counts_only_definitions(
+    gemma: LlamaVocabTokenizer,
+) -> None:
+    whole = tuple(CodeSnippet(f"pkg/m{i}.py", 3, f"f{i}",
+                              f"def f{i}(x):\n" + "".join(f"    x += {j}\n" for j in range(20))
+                              + "    return x") for i in range(4))
+    files = tuple(CodeSnippet(f"pkg/other_{i}.py", 1, "", "", file_only=True) for i in range(3))
+    inputs = dataclasses.replace(_inputs(), question_code=whole + files)
+    full = assemble(inputs, gemma, make_identity(gemma), max_new_tokens=100)
+    seen = set()
+    for n_ctx in range(full.n_tokens + 400, full.n_tokens - 600, -4):
+        ident = dataclasses.replace(make_identity(gemma), n_ctx=n_ctx)
+        try:
+            asm = assemble(inputs, gemma, ident, max_new_tokens=100)
+        except ContextOverflowError:  # too small for the rest of the prompt: done
+            break
+        segment = next((s for s in asm.segments if s.label == "code (question)"), None)
+        if segment is None:
+            break
+        text = segment.text
+        shown_defs = sum(f"pkg/m{i}.py:3 f{i}\n" in text for i in range(4))
+        named = [f"pkg/other_{i}.py" for i in range(3) if f"pkg/other_{i}.py" in text]
+        if named:
+            assert shown_defs == 4  # the files go before any definition does
+        left_out = re.search(r"\((\d+) more definitions left out", text)
+        assert (int(left_out.group(1)) if left_out else 0) == 4 - shown_defs
+        seen.add((shown_defs, len(named)))
+    # Rungs with every file, some, none, and fewer definitions were all checked.
+    assert {(4, 3), (4, 0)} <= seen and any(0 < f < 3 for _, f in seen)
+    assert any(d < 4 for d, _ in seen)
