@@ -187,9 +187,10 @@ def format_report(result: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{row[f'top{k}']} ({row[f'top{k}'] / n:.2f})"
                                                 for k in TOP_KS) + " |")
     lines += ["", "weights fitted on every task (feature: weight, spread across folds):"]
+    width = max(map(len, result["features"]), default=0)
     for f, w, sd in zip(result["features"], result["weights"], result["weight_spread"],
                         strict=True):
-        lines.append(f"  {f:10s} {w:+.3f}  ±{sd:.3f}")
+        lines.append(f"  {f:{width}s} {w:+.3f}  ±{sd:.3f}")
     lines.append("as a tuple: (" + ", ".join(f"{w:.2f}" for w in result["weights"]) + ")")
     return "\n".join(lines) + "\n"
 
