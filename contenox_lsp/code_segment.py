@@ -485,7 +485,7 @@ def code_inputs(
         if path is not None:
             shown_paths.add(path)
         shown_displays = {c.path for c in cursor_code}
-        least = MORE_FILES_MIN_SCORE * max((f.score for f in found.files), default=0.0)
+        least = MORE_FILES_MIN_SCORE * (found.files[0].score if found.files else 0.0)
         files = [f for f in found.files if f.score >= least and f.path not in shown_paths
                  and f.display not in shown_displays and not is_test_path(f.display)]
     if not traced and not hits:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contenox_lsp.paths import is_under
+from contextasm.inputs import TOOL_OUTPUT_KINDS
 
 #: Output kinds whose text is searched for frames (an earlier turn's answer is not evidence).
-FRAME_KINDS = frozenset({"test", "terminal", "diagnostics"})
+FRAME_KINDS = frozenset(TOOL_OUTPUT_KINDS)
 #: Places inside the workspace taken from one turn's outputs at most (the innermost frames).
 MAX_PLACES = 4
 
@@ -78,8 +79,10 @@ def workspace_places(outputs: Iterable[tuple[str, str, str]], roots: Sequence[Pa
         if kind not in FRAME_KINDS:
             continue
         for frame in reversed(frames_in(text)):
+            if len(places) >= limit:  # each frame checked costs a path resolve
+                return tuple(places)
             path = _inside(frame.path, resolved_roots)
             place = (str(path), frame.line - 1) if path is not None else None
             if place is not None and place not in places:
                 places.append(place)
-    return tuple(places[:limit])
+    return tuple(places)

@@ -13,6 +13,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from contextasm.inputs import TOOL_OUTPUT_KINDS
+
 UINT_MAX = 2**31 - 1
 #: The longest ``conversationId`` a request may name (a stored conversation's too).
 MAX_CONVERSATION_ID_CHARS = 200
@@ -20,7 +22,7 @@ MAX_CONVERSATION_ID_CHARS = 200
 MAX_OUTPUTS = 8
 MAX_OUTPUT_CHARS = 200_000
 #: The kinds an output of a request may have (segment H).
-REQUEST_OUTPUT_KINDS = ("test", "terminal", "diagnostics")
+REQUEST_OUTPUT_KINDS = TOOL_OUTPUT_KINDS
 
 
 def invalid(message: str) -> JsonRpcInvalidParams:

@@ -274,11 +274,14 @@ def repo_map_from_index(
     def count(text: str) -> int:
         return counter.count(tokenizer, text)
 
+    def map_at(budget: int) -> Any:
+        return index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
+
     def render(budget: int) -> tuple[str, str]:
-        m = index.repo_map(budget_tokens=budget, focus_files=focus, count_tokens=count)
+        m = map_at(budget)
         return m.text, m.digest
 
-    first = index.repo_map(budget_tokens=budget_tokens, focus_files=focus, count_tokens=count)
+    first = map_at(budget_tokens)
     if not first.text.strip():
         return None
     return RepoMap(text=first.text, digest=first.digest, render=render,

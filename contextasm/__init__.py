@@ -48,6 +48,7 @@ from contextasm.formats import (
 from contextasm.identity import ContextIdentity
 from contextasm.inputs import (
     OUTPUT_KINDS,
+    TOOL_OUTPUT_KINDS,
     CodeSnippet,
     ContextInputs,
     OutputEntry,
@@ -72,6 +73,7 @@ __all__ = [
     "OUTPUT_KINDS",
     "PROMPT_FORMATS",
     "STABLE_KINDS",
+    "TOOL_OUTPUT_KINDS",
     "Assembly",
     "CacheClass",
     "CodeSnippet",

@@ -24,6 +24,9 @@ OUTPUT_KINDS: Mapping[str, CacheClass] = {
     "snippet": CacheClass.LOW,  # exploratory snippets are cheap to lose
     "turn": CacheClass.LOW,  # an earlier question/answer pair
 }
+#: The kinds a tool's output has (what a request may send, and where a traceback is
+#: evidence), as against an exploratory snippet or an earlier turn.
+TOOL_OUTPUT_KINDS: tuple[str, ...] = ("test", "terminal", "diagnostics")
 
 
 @dataclass(frozen=True)
