@@ -30,8 +30,11 @@ from repo_index.lexical import terms
 #: A pinned range: absolute path, 0-based first and last line (None: the whole file).
 PinnedRange = tuple[str, int | None, int | None]
 
-#: Lines of one definition shown at most (its first ones).
+#: Lines of one definition shown at most (its head and focus lines) ...
 MAX_SNIPPET_LINES = 60
+#: ... or one per this many tokens of the part's room, when that is more: where the room
+#: holds more code, a long definition shows more of itself (4k beside the question: ~90).
+TOKENS_PER_SNIPPET_LINE = 40
 #: Lines longer than this are cut (minified code, data literals).
 MAX_LINE_CHARS = 300
 #: The search favours the files of this many of the cursor's best definitions.
@@ -225,15 +228,21 @@ def docstring_summary(lines: Sequence[tuple[int, str]],
     return [*lines[:summary + 1], *lines[max(end, summary + 1):]]
 
 
-def render_snippet(snippet: Snippet, focus: Collection[str] = ()) -> str:
+def snippet_lines(tokens: int) -> int:
+    """Lines of one definition shown at most in a part of ``tokens``."""
+    return max(MAX_SNIPPET_LINES, tokens // TOKENS_PER_SNIPPET_LINE)
+
+
+def render_snippet(snippet: Snippet, focus: Collection[str] = (),
+                   max_lines: int = MAX_SNIPPET_LINES) -> str:
     """The snippet's lines as shown: its docstring by its first line (``docstring_summary``),
-    at most ``MAX_SNIPPET_LINES`` lines (a long one shows its head and the lines with most
-    ``focus`` terms), gaps marked ``...``."""
+    at most ``max_lines`` lines (a long one shows its head and the lines with most ``focus``
+    terms), gaps marked ``...``."""
     lines = docstring_summary(snippet.lines, snippet.chunk.def_line)
     omitted = 0
-    if len(lines) > MAX_SNIPPET_LINES:
-        chosen = (_focus_lines(lines, set(focus), MAX_SNIPPET_LINES) if focus
-                  else lines[:MAX_SNIPPET_LINES])
+    if len(lines) > max_lines:
+        chosen = (_focus_lines(lines, set(focus), max_lines) if focus
+                  else lines[:max_lines])
         omitted = len(lines) - len(chosen)
         lines = chosen
     out: list[str] = []
@@ -322,7 +331,8 @@ def _choose(
         return CodeSnippet(path=s.display, line=s.chunk.def_line + 1,
                            title=f"{s.chunk.qualname}{why}", text=text, header_only=header_only)
 
-    rendered = [make(s, render_snippet(s, focus)) for s in snippets]
+    max_lines = snippet_lines(tokens)
+    rendered = [make(s, render_snippet(s, focus, max_lines)) for s in snippets]
     costs = [cost(c) for c in rendered]
     order = sorted(range(len(snippets)),
                    key=lambda i: (-snippets[i].score / costs[i] ** COST_POWER, i))

@@ -47,6 +47,11 @@ QUESTION_REASON = "matches the question"
 RERANK_POOL = 100
 #: ... and the cursor's strongest graph definitions that BM25 did not find.
 GRAPH_CANDIDATES = 10
+#: The constructor of the class of each of the question's best this many methods is a
+#: candidate too, ...
+CONSTRUCTOR_FROM = 5
+#: ... scored this share of its method's score.
+CONSTRUCTOR_SHARE = 0.5
 #: Definitions in test code count this much in the symbol graph.
 TEST_CODE_WEIGHT = 0.5
 
@@ -468,16 +473,52 @@ class CodeFinder:
         displays = {c.path: c.display for c, _ in found}
         scored = sorted(((self.ranker.score(feats), c.path, c.chunk.def_line)
                          for c, feats in found), key=lambda x: (-x[0], x[1], x[2]))
-        # A graph definition with no word of the question says why it is there.
-        wordless = {(c.path, c.chunk.def_line) for c, _ in found if c.bm25 == 0.0}
-        snippets = [dataclasses.replace(s, reason="used by the code at the cursor")
-                    if s.key in wordless else s
+        scored, constructors = self._with_constructors(scored, set(exclude))
+        # A graph definition with no word of the question, and a constructor brought by its
+        # method, say why they are there.
+        why = {(c.path, c.chunk.def_line): "used by the code at the cursor"
+               for c, _ in found if c.bm25 == 0.0}
+        why.update(constructors)
+        snippets = [dataclasses.replace(s, reason=why[s.key]) if s.key in why else s
                     for s in self._snippets(scored, QUESTION_REASON, limit)]
         best: dict[str, FileHit] = {}
         for score, p, def_line in scored:
             if p not in best:
                 best[p] = FileHit(p, displays[p], def_line, score)
         return QuestionHits(snippets, tuple(best.values()))
+
+    def _with_constructors(
+        self, scored: list[tuple[float, str, int]], exclude: Collection[tuple[str, int]],
+    ) -> tuple[list[tuple[float, str, int]], dict[tuple[str, int], str]]:
+        """``scored`` (score, path, def line; best first) with the ``__init__`` of the class
+        of each of its first ``CONSTRUCTOR_FROM`` that is a method, scored
+        ``CONSTRUCTOR_SHARE`` of that method's score (a constructor ranked higher keeps its
+        own), none of ``exclude``; and why each one not ranked already is there. A fix to a
+        method often changes what the constructor sets up: of the changed definitions the
+        question's search did not rank at all, 5 of 35 were the constructor or class of one
+        of its 5 best methods (the ctxeval tasks)."""
+        lifted: dict[tuple[str, int], float] = {}
+        methods: dict[tuple[str, int], str] = {}
+        for score, p, def_line in scored[:CONSTRUCTOR_FROM]:
+            chunks, _ = self._file(p)
+            method = next((c for c in chunks if c.def_line == def_line), None)
+            if method is None or "." not in method.qualname:
+                continue
+            owner = method.qualname.split(".", 1)[0]
+            init = next((c for c in chunks if c.qualname == f"{owner}.__init__"), None)
+            if init is None or init.def_line == def_line or (p, init.def_line) in exclude:
+                continue
+            key = (p, init.def_line)
+            if key not in lifted:
+                methods[key] = method.qualname  # the best method it is there for
+            lifted[key] = max(lifted.get(key, 0.0), score * CONSTRUCTOR_SHARE)
+        if not lifted:
+            return scored, {}
+        ranked = {(p, d) for _, p, d in scored}
+        out = [(max(s, lifted.get((p, d), 0.0)), p, d) for s, p, d in scored]
+        out += [(s, p, d) for (p, d), s in lifted.items() if (p, d) not in ranked]
+        out.sort(key=lambda x: (-x[0], x[1], x[2]))
+        return out, {k: f"constructor for {methods[k]}" for k in lifted if k not in ranked}
 
     def similar(self, code: str, *, skip_path: str | None = None,
                 limit: int = 4) -> list[Snippet]:

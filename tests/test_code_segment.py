@@ -29,7 +29,7 @@ from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTur
 from contextasm.errors import ContextOverflowError
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
-from repo_index.code_search import QUESTION_REASON, CodeFinder, FileHit, mirrored_name
+from repo_index.code_search import QUESTION_REASON, CodeFinder, FileHit, Snippet, mirrored_name
 from repo_index.lexical import LexicalIndex, terms
 
 PARSER = '''\
@@ -307,13 +307,16 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
     def count(text: str) -> int:
         return len(gemma.tokenize(text, special=False))
 
-    short_tokens = sum(count(f"{s.display}:{s.chunk.def_line + 1} {s.chunk.qualname} "
-                             f"({s.reason})\n{render_snippet(s)}\n") + 8 for s in shorter[:2])
-    # The two shortest whole, not the longest too.
+    def tokens(s: Snippet) -> int:
+        return count(f"{s.display}:{s.chunk.def_line + 1} {s.chunk.qualname} "
+                     f"({s.reason})\n{render_snippet(s)}\n") + 8
+
+    short_tokens = sum(tokens(s) for s in shorter[:2])
+    # The two cheapest whole, not the longest too.
     room = int((short_tokens + 2) / (1 - SIGNATURE_SHARE)) + 1
     chosen, used, whole = _choose(same, room, count, ())
     assert used <= room
-    assert {s.key for s in sorted(shorter, key=lambda s: len(s.lines))[:2]} <= whole
+    assert {s.key for s in sorted(shorter, key=tokens)[:2]} <= whole
     assert longest.key not in whole
     rank = {(s.display, s.chunk.def_line + 1): i for i, s in enumerate(same)}
     # Shown in rank order, whatever order they were taken in: those whole, then the headers.
@@ -473,6 +476,37 @@ def test_a_long_definition_shows_its_head_and_the_lines_that_match(tmp_path: Pat
     assert len(lines) <= 70
     head_only = render_snippet(snippet).split("\n")  # no focus: the first lines only
     assert "    checksum = validate_checksum(x)" not in head_only
+
+
+def test_a_part_with_more_room_shows_more_of_a_long_definition(
+        tmp_path: Path, gemma: LlamaVocabTokenizer) -> None:
+    """A long definition shows at most ``MAX_SNIPPET_LINES`` lines in a part of an ordinary
+    size, and one line per ``TOKENS_PER_SNIPPET_LINE`` tokens of a larger part's room."""
+    from contenox_lsp.code_segment import (
+        MAX_SNIPPET_LINES,
+        TOKENS_PER_SNIPPET_LINE,
+        _choose,
+        snippet_lines,
+    )
+
+    body = "\n".join(f"    step_{i} = compute({i})" for i in range(300))
+    (tmp_path / "big.py").write_text(f"def long_function(x):\n{body}\n    return x\n")
+    finder = finder_for(tmp_path)
+    [snippet] = finder.search("long function")
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    def steps_shown(room: int) -> int:
+        [chosen], _, whole = _choose([snippet], room, count, ())
+        assert whole == {snippet.key}
+        return sum(ln.startswith("    step_") for ln in chosen.text.split("\n"))
+
+    small, large = 2000, 6000
+    assert snippet_lines(small) == MAX_SNIPPET_LINES
+    assert snippet_lines(large) == large // TOKENS_PER_SNIPPET_LINE > MAX_SNIPPET_LINES
+    assert steps_shown(small) == MAX_SNIPPET_LINES - 1  # the def line and the first steps
+    assert steps_shown(large) == large // TOKENS_PER_SNIPPET_LINE - 1
 
 
 def test_a_docstring_is_shown_by_its_first_line(tmp_path: Path) -> None:

@@ -119,6 +119,56 @@ def test_the_questions_own_match_stays_a_candidate_whatever_the_cursor_repeats(
     assert sum(n.startswith("formatting.py:") for n in found) == 3  # the cursor's pool of 3
 
 
+PARSER = '''\
+class Parser:
+    def __init__(self, text):
+        self.text = text
+        self.pos = 0
+
+    def skip_comment(self):
+        """Skip a comment up to the end of its line."""
+        while self.text[self.pos] != "#":
+            self.pos += 1
+
+
+class Lexer:
+    def __init__(self, source):
+        self.source = source
+
+    def read_comment(self):
+        return self.source.split("#", 1)[1]
+'''
+
+
+def test_a_best_methods_constructor_follows_it(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The constructor of the class of one of the best few methods is shown right after it,
+    saying why (it has no word of the question: BM25 alone does not find it); not one the
+    search leaves out, and not for a method ranked past ``CONSTRUCTOR_FROM``."""
+    from repo_index import code_search
+
+    write(tmp_path, {"pkg/parser.py": PARSER,
+                     "pkg/tokens.py": "def tokenize(text):\n    return text.split()\n"})
+    finder = finder_for(tmp_path)
+    parser = str(tmp_path / "pkg/parser.py")
+    question = "skipping a comment stops early"
+    found = finder.search(question)
+    assert names(found)[:2] == ["parser.py:Parser.skip_comment", "parser.py:Parser.__init__"]
+    assert found[1].reason == "constructor for Parser.skip_comment"
+    assert found[1].score == pytest.approx(found[0].score * code_search.CONSTRUCTOR_SHARE)
+    # Both classes' comment methods match; each brings its own constructor.
+    both = names(finder.search("comment"))
+    assert {"parser.py:Parser.__init__", "parser.py:Lexer.__init__"} <= set(both)
+    # Left out of the search: not brought back as a constructor.
+    assert "parser.py:Parser.__init__" not in names(finder.search(question,
+                                                                 exclude={(parser, 1)}))
+    # A function brings nothing.
+    assert names(finder.search("tokenize words")) == ["tokens.py:tokenize"]
+    monkeypatch.setattr(code_search, "CONSTRUCTOR_FROM", 1)
+    first_only = names(finder.search("comment"))
+    assert sum(n.endswith(".__init__") for n in first_only) == 1
+
+
 def test_a_ranker_needs_one_weight_per_feature() -> None:
     with pytest.raises(ValueError, match=f"{len(FEATURES)} weights"):
         QuestionRanker((1.0, 2.0))
