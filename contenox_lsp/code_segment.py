@@ -42,8 +42,11 @@ NEAR_FILES_FROM = 20
 #: Whole definitions are taken by score / tokens ** COST_POWER: of two equally likely ones the
 #: shorter goes first, so one long definition does not push out several short ones.
 COST_POWER = 0.25
-#: Share of a code budget kept for the headers of definitions that did not fit whole.
+#: Share of a code budget kept for the headers of definitions that did not fit whole ...
 SIGNATURE_SHARE = 0.125
+#: ... and at most this many tokens of it: a dozen headers locate what did not fit, and a
+#: larger part's room goes to whole definitions.
+MAX_HEADER_TOKENS = 256
 #: A header is read up to its colon over at most this many lines ...
 MAX_SIGNATURE_LINES = 8
 #: ... and shown on one line of about this many characters at most (a one-line signature,
@@ -313,9 +316,10 @@ def _choose(
     snippets: Sequence[Snippet], tokens: int, count: Callable[[str], int], focus: Collection[str],
     *, implied_reason: str | None = None, files: Sequence[FileHit] = (),
 ) -> tuple[list[CodeSnippet], int, set[tuple[str, int]]]:
-    """Whole, by score per token (``COST_POWER``), while they fit in ``1 - SIGNATURE_SHARE``
-    of ``tokens``; then, best first, the headers of the ones passed over while the rest lasts
-    (``header_line``: a definition located is worth a line); then up to ``MORE_FILES`` of
+    """Whole, by score per token (``COST_POWER``), while they fit in what ``tokens`` leaves
+    after the headers' share (``SIGNATURE_SHARE``, at most ``MAX_HEADER_TOKENS``); then,
+    best first, the headers of the ones passed over while the rest lasts (``header_line``: a
+    definition located is worth a line); then up to ``MORE_FILES`` of
     ``files`` (best first) that neither shows, named on one line: when the code leaves too
     little room for that line, the code is chosen again in what the line leaves. Returns those
     shown whole in rank order, then the headers in rank order, then the files (a smaller rung
@@ -338,7 +342,7 @@ def _choose(
                    key=lambda i: (-snippets[i].score / costs[i] ** COST_POWER, i))
 
     def pick(room: int) -> tuple[dict[int, CodeSnippet], list[CodeSnippet], int]:
-        whole_budget = int(room * (1 - SIGNATURE_SHARE))
+        whole_budget = room - min(int(room * SIGNATURE_SHARE), MAX_HEADER_TOKENS)
         whole_ones: dict[int, CodeSnippet] = {}
         used = 0
         for i in order:
