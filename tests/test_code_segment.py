@@ -326,6 +326,40 @@ def test_whole_definitions_go_by_score_per_token(workspace: Path,
         assert order == sorted(order)
 
 
+def test_a_large_part_keeps_a_fixed_room_for_headers(tmp_path: Path, gemma: LlamaVocabTokenizer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The headers' share of a part is at most ``MAX_HEADER_TOKENS``: in a large part, whole
+    definitions may use all but that, more than ``1 - SIGNATURE_SHARE`` of it."""
+    from contenox_lsp import code_segment
+    from contenox_lsp.code_segment import MAX_HEADER_TOKENS, SIGNATURE_SHARE, _choose
+
+    src = "".join(f"def step_{i}(rows):\n" + "".join(
+        f"    rows = rows + [compute_{i}_{j}(rows)]\n" for j in range(30)) + "    return rows\n\n\n"
+        for i in range(8))
+    (tmp_path / "steps.py").write_text(src)
+    hits = [dataclasses.replace(s, score=1.0)
+            for s in finder_for(tmp_path).search("rows step", limit=8)]
+    assert len(hits) == 8
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    def tokens(s: Snippet) -> int:
+        return count(f"{s.display}:{s.chunk.def_line + 1} {s.chunk.qualname} "
+                     f"({s.reason})\n{render_snippet(s)}\n") + 8
+
+    costs = sorted(tokens(s) for s in hits)
+    whole_cost = sum(costs[:6])
+    room = whole_cost + MAX_HEADER_TOKENS
+    assert room * SIGNATURE_SHARE > MAX_HEADER_TOKENS  # the cap binds here
+    _, used, whole = _choose(hits, room, count, ())
+    assert len(whole) == 6 and used <= room
+    # With the share alone, as before, one of the six no longer fits whole.
+    monkeypatch.setattr(code_segment, "MAX_HEADER_TOKENS", room)
+    _, _, whole = _choose(hits, room, count, ())
+    assert len(whole) == 5
+
+
 def test_a_prefill_rate_bounds_the_question_part_only(workspace: Path,
                                                       gemma: LlamaVocabTokenizer) -> None:
     """The question's code is prefilled at the ask: ``question_cap`` bounds it at what the
