@@ -33,7 +33,8 @@ PinnedRange = tuple[str, int | None, int | None]
 #: Lines of one definition shown at most (its head and focus lines) ...
 MAX_SNIPPET_LINES = 60
 #: ... or one per this many tokens of the part's room, when that is more: where the room
-#: holds more code, a long definition shows more of itself (4k beside the question: ~90).
+#: holds more code, a long definition shows more of itself (~90–95 lines at 4k beside the
+#: question; 60 at 2k).
 TOKENS_PER_SNIPPET_LINE = 40
 #: Lines longer than this are cut (minified code, data literals).
 MAX_LINE_CHARS = 300

@@ -494,9 +494,9 @@ class CodeFinder:
         of each of its first ``CONSTRUCTOR_FROM`` that is a method, scored
         ``CONSTRUCTOR_SHARE`` of that method's score (a constructor ranked higher keeps its
         own), none of ``exclude``; and why each one not ranked already is there. A fix to a
-        method often changes what the constructor sets up: of the changed definitions the
-        question's search did not rank at all, 5 of 35 were the constructor or class of one
-        of its 5 best methods (the ctxeval tasks)."""
+        method often changes what the constructor sets up, and a constructor seldom shares a
+        word with the question: of the 35 changed definitions the search did not rank at all
+        on the ctxeval tasks, 4 were the constructor of the class of one of its 5 best."""
         lifted: dict[tuple[str, int], float] = {}
         methods: dict[tuple[str, int], str] = {}
         for score, p, def_line in scored[:CONSTRUCTOR_FROM]:
