@@ -502,8 +502,8 @@ class CodeFinder:
         for score, p, def_line in scored[:CONSTRUCTOR_FROM]:
             chunks, _ = self._file(p)
             method = next((c for c in chunks if c.def_line == def_line), None)
-            if method is None or "." not in method.qualname:
-                continue
+            if method is None or method.kind != "function" or "." not in method.qualname:
+                continue  # not a method (a function, a class nested in a class)
             owner = method.qualname.split(".", 1)[0]
             init = next((c for c in chunks if c.qualname == f"{owner}.__init__"), None)
             if init is None or init.def_line == def_line or (p, init.def_line) in exclude:

@@ -162,8 +162,13 @@ def test_a_best_methods_constructor_follows_it(tmp_path: Path,
     # Left out of the search: not brought back as a constructor.
     assert "parser.py:Parser.__init__" not in names(finder.search(question,
                                                                  exclude={(parser, 1)}))
-    # A function brings nothing.
+    # A function brings nothing, nor does a class nested in a class.
     assert names(finder.search("tokenize words")) == ["tokens.py:tokenize"]
+    write(tmp_path / "nested", {"outer.py": "class Outer:\n    def __init__(self):\n"
+                                            "        self.size = 1\n\n"
+                                            "    class CommentBlock:\n        marker = '#'\n"})
+    nested = names(finder_for(tmp_path / "nested").search("comment block marker"))
+    assert "outer.py:Outer.CommentBlock" in nested and "outer.py:Outer.__init__" not in nested
     monkeypatch.setattr(code_search, "CONSTRUCTOR_FROM", 1)
     first_only = names(finder.search("comment"))
     assert sum(n.endswith(".__init__") for n in first_only) == 1
