@@ -1,8 +1,9 @@
 """The ``contenox-lsp`` commands this package provides: ``bench``, ``eval context``,
-``eval next-edit`` and ``eval completion``. The CLI finds them through the
-``contenox_lsp.commands`` entry points (pyproject.toml), so the server package never imports
-the benchmark (tests/test_architecture.py). Each takes the parsed arguments and the CLI's
-profile loader and returns the exit status; bad input raises the CLI's ``InputError``."""
+``eval compare``, ``eval next-edit``, ``eval completion`` and ``eval ranker``. The CLI finds
+them through the ``contenox_lsp.commands`` entry points (pyproject.toml), so the server package
+never imports the benchmark (tests/test_architecture.py). Each takes the parsed arguments and
+the CLI's profile loader and returns the exit status; bad input raises the CLI's
+``InputError``."""
 
 from __future__ import annotations
 
@@ -51,6 +52,36 @@ def eval_context(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
     if "loro" in doc:
         sys.stdout.write(format_loro(doc["loro"], budgets))
     print(f"wrote {Path(args.out) / 'context-eval.json'}", file=sys.stderr)
+    return 0
+
+
+def eval_compare(args: argparse.Namespace, load_profile: ProfileLoader) -> int:
+    """``contenox-lsp eval compare`` (no model: it reads two reports)."""
+    import json
+
+    from contenox_bench.ctxeval_compare import compare, format_compare
+
+    docs = []
+    for name in (args.a, args.b):
+        path = Path(name)
+        if path.is_dir():
+            path = path / "context-eval.json"
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}",
+                             report=str(path)) from exc
+        except ValueError as exc:
+            raise InputError(f"{path} is not JSON: {exc}", report=str(path)) from exc
+        if not isinstance(doc, dict) or not {"budgets", "tasks"} <= doc.keys():
+            raise InputError(f"{path} is not an eval context report (context-eval.json)",
+                             report=str(path))
+        docs.append(doc)
+    result = compare(docs[0], docs[1], args.split)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(format_compare(result, (args.a, args.b)))
     return 0
 
 

@@ -37,7 +37,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from contenox_bench.ctxeval_metrics import bootstrap, mean, percentile, score
+from contenox_bench.ctxeval_metrics import (
+    MEASURES,
+    PLACES,
+    bootstrap,
+    mean,
+    percentile,
+    placement_shares,
+    placements,
+    score,
+)
 from contenox_bench.ctxeval_tasks import load_tasks, repo_of, workspace_of
 from contenox_lsp.context_budget import (
     DEFAULT_CODE_CURSOR_SHARE,
@@ -54,7 +63,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGETS = (1024, 2048, 4096)
 #: Room left for the answer, as the server leaves its default ``maxTokens``.
 ANSWER_TOKENS = 256
-MEASURES = ("file_recall", "def_located", "body_present")
 SYSTEMS = ("map", "map+code")
 #: What a split is chosen by: the mean over the budgets of these measures.
 LORO_OBJECTIVE = MEASURES  # the issue's goals bound all three
@@ -128,8 +136,10 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
                 t1 = time.perf_counter()
                 asm = build(split.budget(tokens, with_code), with_code)
                 times.append((time.perf_counter() - t1) * 1000.0)
+            placed = placements(asm, task)
             rows[f"{system}@{tokens}"] = {
-                **score(asm, task),
+                **score(asm, task, placed),
+                "defs": placed,
                 "first_build_ms": times[0],
                 "build_ms": times[1],
                 "tokens_beside_question": beside_question(asm),
@@ -137,7 +147,8 @@ def eval_task(task: Mapping[str, Any], root: Path, session: Any, budgets: Sequen
     for option in grid:
         for tokens in budgets:
             asm = build(option.budget(tokens), True)
-            rows[_grid_key(tokens, option)] = {**score(asm, task),
+            placed = placements(asm, task)
+            rows[_grid_key(tokens, option)] = {**score(asm, task, placed), "defs": placed,
                                                "tokens_beside_question": beside_question(asm)}
     return {"id": task["id"], "repo": repo_of(task), "index_s": index_s,
             "ranker": ranker.source, "results": rows}
@@ -156,6 +167,8 @@ def summarize(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> 
                 entry[m] = {"mean": mean(xs), "ci95": [lo, hi], "tasks": len(xs)}
             ms = [t["results"][key]["build_ms"] for t in per_task]
             entry["build_ms"] = {"p50": percentile(ms, 50), "p95": percentile(ms, 95)}
+            entry["placements"] = placement_shares(t["results"][key].get("defs", ())
+                                                   for t in per_task)
             table[key] = entry
     return table
 
@@ -196,6 +209,8 @@ def loro(per_task: Sequence[Mapping[str, Any]], budgets: Sequence[int],
             xs = _measure(held_out, f"map+code@{b}", m)
             lo, hi = bootstrap(xs)
             entry[m] = {"mean": mean(xs), "ci95": [lo, hi], "tasks": len(xs)}
+        entry["placements"] = placement_shares(t["results"][f"map+code@{b}"].get("defs", ())
+                                               for t in held_out)
         table[f"map+code@{b}"] = entry
     return {"grid": [g.label for g in grid], "objective": list(LORO_OBJECTIVE), "chosen": chosen,
             "summary": table}
@@ -214,7 +229,28 @@ def format_loro(result: Mapping[str, Any], budgets: Sequence[int]) -> str:
         cells = [f"{e[m]['mean']:.2f} [{e[m]['ci95'][0]:.2f}, {e[m]['ci95'][1]:.2f}]"
                  for m in MEASURES]
         lines.append(f"| map+code, held out | {b} | " + " | ".join(cells) + " |")
+    lines += format_placements({b: result["summary"][f"map+code@{b}"] for b in budgets},
+                               "map+code, held out")
     return "\n".join(lines) + "\n"
+
+
+def format_placements(entries: Mapping[int, Mapping[str, Any]], system: str) -> list[str]:
+    """The lines of a table saying where the changed definitions are, per budget (summary
+    entries with ``placements``; an entry of an older report, without it, is skipped)."""
+    rows = [(b, e["placements"]) for b, e in entries.items() if "placements" in e]
+    if not rows:
+        return []
+    lines = ["", "Where the changed definitions are (a task weighs one; its best place):", "",
+             "| system | budget | " + " | ".join(_PLACE_TITLES[p] for p in (*PLACES, "none"))
+             + " |", "|---|---|" + "---|" * (len(PLACES) + 1)]
+    for b, shares in rows:
+        lines.append(f"| {system} | {b} | "
+                     + " | ".join(f"{shares[p]:.2f}" for p in (*PLACES, "none")) + " |")
+    return lines
+
+
+_PLACE_TITLES = {"code": "code shown", "header": "header only", "cursor": "at the cursor",
+                 "pin": "pinned", "map": "repo map only", "none": "not located"}
 
 
 def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: int,
@@ -244,6 +280,7 @@ def format_table(summary: Mapping[str, Any], budgets: Sequence[int], n_tasks: in
             ms = e["build_ms"]
             lines.append(f"| {system} | {b} | " + " | ".join(cells)
                          + f" | {ms['p50']:.0f} / {ms['p95']:.0f} |")
+    lines += format_placements({b: summary[f"map+code@{b}"] for b in budgets}, "map+code")
     return "\n".join(lines) + "\n"
 
 

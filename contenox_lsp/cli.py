@@ -176,6 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bound the question's code to N tokens, as the server's "
                           "questionCodeMs does at its measured prefill rate (default: unbounded)")
     ctx.add_argument("--out", metavar="DIR", default="eval-out", help="report folder")
+    cmp = ev_sub.add_parser(
+        "compare", help="two eval context reports task by task: per budget and measure, the "
+                        "paired difference with its interval, tasks won and lost")
+    cmp.add_argument("a", metavar="A", help="the baseline report (context-eval.json, or the "
+                                            "folder holding it)")
+    cmp.add_argument("b", metavar="B", help="the report compared with it")
+    cmp.add_argument("--split", default=None, metavar="LABEL",
+                     help="the rows compared: a split of the --loro grid (map=0,cursor=0) or "
+                          "'default' (each report's own split); default: held out when both "
+                          "ran --loro, else 'default'")
+    cmp.add_argument("--json", action="store_true", help="print JSON")
     ne = ev_sub.add_parser(
         "next-edit", help="replay commits through the server; exact-region match and reversals "
                           "of its next-edit suggestions")
@@ -399,6 +410,10 @@ def cmd_eval_context(args: argparse.Namespace) -> int:
     return _bench_command("eval-context")(args, _load_profile)
 
 
+def cmd_eval_compare(args: argparse.Namespace) -> int:
+    return _bench_command("eval-compare")(args, _load_profile)
+
+
 def cmd_eval_next_edit(args: argparse.Namespace) -> int:
     return _bench_command("eval-next-edit")(args, _load_profile)
 
@@ -500,6 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_model_info(args)
             return cmd_model_convert(args)
         if args.command == "eval":
+            if args.eval_command == "compare":
+                return cmd_eval_compare(args)
             if args.eval_command == "next-edit":
                 return cmd_eval_next_edit(args)
             if args.eval_command == "completion":

@@ -220,8 +220,8 @@ def test_the_cli_reaches_the_bench_only_through_its_entry_points() -> None:
     root = Path(__file__).resolve().parents[1]
     declared = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     group = declared["project"]["entry-points"]["contenox_lsp.commands"]
-    assert set(group) == {"bench", "eval-context", "eval-next-edit", "eval-completion",
-                          "eval-ranker"}
+    assert set(group) == {"bench", "eval-context", "eval-compare", "eval-next-edit",
+                          "eval-completion", "eval-ranker"}
     assert all(target.startswith("contenox_bench.") for target in group.values())
     cli = ast.parse((root / "contenox_lsp" / "cli.py").read_text(encoding="utf-8"))
     named = {node.module for node in ast.walk(cli) if isinstance(node, ast.ImportFrom)}

@@ -656,7 +656,7 @@ def test_the_mirrored_source_ranks_above_an_equal_match(tmp_path: Path) -> None:
 def test_headers_are_listed_after_the_code_and_locate_their_definition(
     gemma: LlamaVocabTokenizer,
 ) -> None:
-    from contenox_bench.ctxeval_metrics import score
+    from contenox_bench.ctxeval_metrics import placement_shares, placements, score
 
     inputs = dataclasses.replace(_inputs(), question_code=(
         CodeSnippet("pkg/b.py", 9, "g", "def g():\n    return 2"),
@@ -674,6 +674,18 @@ def test_headers_are_listed_after_the_code_and_locate_their_definition(
     task = {"gt_files": ["pkg/c.py"], "gt_defs": [
         {"file": "pkg/c.py", "name": "area", "kind": "def", "body_line": "return self.w * self.h"}]}
     assert score(asm, task) == {"file_recall": 1.0, "def_located": 1.0, "body_present": 0.0}
+    # Where each definition is: g's code, h's header only, k nowhere (without a body line).
+    task["gt_defs"] += [{"file": "pkg/b.py", "name": "g", "qualname": "g", "kind": "def",
+                         "body_line": "return 2"},
+                        {"file": "pkg/b.py", "name": "h", "kind": "def", "body_line": None},
+                        {"file": "pkg/b.py", "name": "k", "kind": "def", "body_line": None}]
+    placed = placements(asm, task)
+    assert [(d["name"], d["shown"], d["body"]) for d in placed] == [
+        ("area", "header", False), ("g", "code", True), ("h", "header", None), ("k", None, None)]
+    assert score(asm, task, placed) == score(asm, task) == {
+        "file_recall": 1.0, "def_located": 0.75, "body_present": 0.5}
+    assert placement_shares([placed, placed[1:2]]) == {
+        "code": 0.625, "header": 0.25, "cursor": 0.0, "pin": 0.0, "map": 0.0, "none": 0.125}
 
 
 def test_the_definitions_a_traceback_ran_through_come_first(workspace: Path,

@@ -55,6 +55,16 @@ def test_eval_context_scores_what_it_can(tmp_path: Path, llama_session: Any) -> 
     assert doc["summary"]["map+code@1024"]["file_recall"]["tasks"] == 2
     report = (tmp_path / "out" / "context-eval.md").read_text(encoding="utf-8")
     assert "body present over 1 tasks: 1 have no definition with a unique body line" in report
+    # Where the changed definition is: in the repo map alone, its code beside it.
+    assert [d["shown"] for d in by_id["t-area"]["map@1024"]["defs"]] == ["map"]
+    assert by_id["t-area"]["map+code@1024"]["defs"] == [
+        {"file": "shapes.py", "name": "area", "shown": "code", "body": True}]
+    # perimeter, which the question does not ask about, is in the repo map only.
+    assert [d["shown"] for d in by_id["t-perimeter"]["map+code@1024"]["defs"]] == ["map"]
+    shares = doc["summary"]["map+code@1024"]["placements"]
+    assert shares == {"code": 0.5, "header": 0.0, "cursor": 0.0, "pin": 0.0, "map": 0.5,
+                      "none": 0.0}
+    assert "| map+code | 1024 | 0.50 | 0.00 | 0.00 | 0.00 | 0.50 | 0.00 |" in report
     # The budget bounds what was built beside the question (the server's one budget).
     assert all(0 < r["map+code@1024"]["tokens_beside_question"] <= 1024
                for r in by_id.values())
@@ -66,7 +76,9 @@ def test_eval_context_scores_what_it_can(tmp_path: Path, llama_session: Any) -> 
 
 
 def _row(def_located: float, body: float | None) -> dict[str, Any]:
-    return {"file_recall": 1.0, "def_located": def_located, "body_present": body}
+    shown = "code" if def_located else None
+    return {"file_recall": 1.0, "def_located": def_located, "body_present": body,
+            "defs": [{"file": "x.py", "name": "f", "shown": shown, "body": bool(body)}]}
 
 
 def test_leave_one_repository_out_scores_each_repository_with_the_others_choice() -> None:
@@ -87,4 +99,7 @@ def test_leave_one_repository_out_scores_each_repository_with_the_others_choice(
     held = out["summary"]["map+code@1024"]
     assert held["def_located"]["mean"] == 0.0  # every repository held out loses here
     assert held["body_present"]["tasks"] == 4
-    assert "held out" in ctxeval.format_loro(out, [1024])
+    assert held["placements"]["none"] == 1.0
+    report = ctxeval.format_loro(out, [1024])
+    assert "held out" in report
+    assert "| map+code, held out | 1024 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 1.00 |" in report
