@@ -23,6 +23,11 @@ repository nobody tuned for; the in-sample one (the default split) is reported b
 With ``grid`` the question search's ranker is held out too: every row of a repository's tasks
 is built with weights fitted on the other repositories' tasks (``ranker_fit``), not with the
 shipped ``DEFAULT_RANKER``, which saw them all.
+
+Every row also says where each changed definition is (``ctxeval_metrics.placements``: its
+code, its header only, at the cursor, pinned, the repo map only, not located), and each
+summary gives those places as shares: why a measure moved, not only that it did.
+``ctxeval_compare`` compares two reports task by task.
 """
 
 from __future__ import annotations
