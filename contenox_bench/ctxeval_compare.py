@@ -40,7 +40,7 @@ def rows_of(doc: Mapping[str, Any], split: str | None = None
         missing = [k for k in keys.values() if k not in results]
         if missing:
             raise InputError(f"report has no row {missing[0]} for task {task['id']}",
-                               task=task["id"], row=missing[0])
+                             task=task["id"], row=missing[0])
         out[task["id"]] = {b: results[k] for b, k in keys.items()}
     return out
 
@@ -50,13 +50,13 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any],
     """Report ``b`` against report ``a`` on the tasks and budgets both have."""
     if split is None and ("loro" in a) != ("loro" in b):
         raise InputError("one report is held out (--loro) and the other is not: name a "
-                           "split to compare (--split default, or a grid split)")
+                         "split to compare (--split default, or a grid split)")
     rows_a, rows_b = rows_of(a, split), rows_of(b, split)
     tasks = [t for t in rows_a if t in rows_b]
     budgets = [x for x in (int(v) for v in a["budgets"]) if x in {int(v) for v in b["budgets"]}]
     if not tasks or not budgets:
         raise InputError("the reports share no task or no budget",
-                           tasks=len(tasks), budgets=budgets)
+                         tasks=len(tasks), budgets=budgets)
     table: dict[str, Any] = {}
     for budget in budgets:
         entry: dict[str, Any] = {}

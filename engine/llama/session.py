@@ -80,7 +80,7 @@ from engine.llama.model import (
     meta_str,
 )
 from engine.llama.sampler import build_sampler, greedy_token
-from engine.llama.snapshots import SnapshotLayer
+from engine.llama.snapshots import WINDOW_TRUST_LENGTHS, SnapshotLayer
 from engine.lookup import LookupStats, NgramIndex
 from engine.model_files import cache_dir
 from engine.profile import Profile
@@ -506,8 +506,11 @@ class LlamaSession(SnapshotLayer):
     @property
     def exact_reuse(self) -> dict[str, Any]:
         past = self.snapshots_past_window
+        measured = self.window_lengths_exact
         return {**self.schedule.to_dict(), "snapshotsPastWindow": (
             None if past is None and not self._past_window(self.n_ctx) else
+            f"exact so far ({measured} of the {WINDOW_TRUST_LENGTHS} lengths measured before "
+            "every length is trusted)" if past is None and measured else
             "not measured yet" if past is None else "exact" if past else
             f"refused: not exact on this CPU (window {self._model.n_swa} tokens)")}
 

@@ -6,12 +6,15 @@ load is checked in first.
 
 Sliding-window models: llama.cpp saves only the cells a sliding-window layer can still attend
 to, so a restored sequence longer than the window lays those cells out differently from a cold
-prefill. On most CPUs that gives the same bits; on some (seen: an AVX-only AMD EPYC) the
-attention kernels round differently over the other layout, and the answer drifts. The first
-save of such a sequence measures it (``_restored_window_exact``: the live sequence and a copy
-restored from its own state decode the same tokens, and must give the same logits), the result
-is kept per model, build and kernel settings, and where it differs a snapshot longer than the
-window is refused with a clear error instead of restoring something that is not exact.
+prefill. On most CPUs that gives the same bits; on some (seen: an AVX-only AMD EPYC, and an AMD
+EPYC with AVX-512 at some lengths only) the attention kernels round differently over the other
+layout, and the answer drifts. A save of such a sequence measures it at the length it saves
+(``_restored_window_exact``: the live sequence and a copy restored from its own state decode the
+same tokens, and must give the same logits). The answer is kept per model, build and kernel
+settings: one length that differs refuses every snapshot longer than the window from then on,
+with a clear error instead of restoring something that is not exact; every length is trusted
+only once ``WINDOW_TRUST_LENGTHS`` lengths restored exactly (one lucky length is not the
+CPU's answer), and until then each new length is measured.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ log = logging.getLogger(__name__)
 #: restored copy. Where the layout matters, single-token decodes agreed and batches of 8 or
 #: more mostly did not (some text agreed): several batches of different sizes and text.
 WINDOW_PROBE_BATCHES = (11, 16, 13, 9, 16, 12, 1, 1)
+#: Lengths that must restore exactly, each measured by a save, before every length is
+#: trusted. On an AMD EPYC with AVX-512 (Gemma 3 270M, window 512) a sequence of 2,000 tokens
+#: restored exactly and ones of 583, 1,000, 1,500 and 2,500 did not: the probe's answer holds
+#: for the length it measured, and a kept "exact" from one length let other lengths drift.
+WINDOW_TRUST_LENGTHS = 3
+#: Part of the probe's cache key (2: answers per length; a version-1 "exact", measured at one
+#: length and kept for all, is measured again).
+WINDOW_PROBE_VERSION = 2
 
 
 class SnapshotLayer(BranchLayer):
@@ -60,7 +71,9 @@ class SnapshotLayer(BranchLayer):
     profile: Profile
     _model: Any
     _chunk: int
-    _window_exact: bool | None = None  # this process's answer of the restored-window probe
+    # The restored-window probe's answer as this process knows it: True (every length), False
+    # (none), the lengths measured exact so far, or None (not read from the cache file yet).
+    _window_exact: bool | list[int] | None = None
     _abort: AbortFlag
 
     @property
@@ -99,13 +112,12 @@ class SnapshotLayer(BranchLayer):
             if self._ctx is None or not live.tokens or self._resident_identity is None:
                 raise InvalidSessionStateError("nothing resident to snapshot", resident=len(live))
             saved = self._snapshot_tokens()
-            if self._past_window(saved) and not self._restored_window_exact():
-                raise UnsupportedCapabilityError(
-                    f"a snapshot of more than {self._model.n_swa} tokens (the sliding window) "
-                    "does not restore exactly on this CPU: llama.cpp keeps only the window's "
-                    "cells, and this CPU's attention kernels round differently over that "
-                    "layout", capability="snapshots_past_window", tokens=saved,
-                    window=self._model.n_swa)
+            # Whether a restored window is exact depends on its length: measured on the live
+            # sequence as it is (a refusal changes nothing), and again below on what is saved
+            # when the cut leaves another length (a refusal there leaves it cut, as a save
+            # would: the generated or partial tokens a next prefill computes again anyway).
+            if self._past_window(saved) and not self._restored_window_exact(len(live)):
+                raise self._window_refusal(saved)
             self._settle_for_snapshot()
             if self._exact and live.exact < len(live):
                 if live.exact == 0:
@@ -117,6 +129,8 @@ class SnapshotLayer(BranchLayer):
                 llama_cpp.llama_memory_seq_rm(self._mem, MAIN_SEQ, live.exact, -1)
                 live.cut(live.exact)
                 self._logits_ready = False
+            if self._past_window(len(live)) and not self._restored_window_exact(len(live)):
+                raise self._window_refusal(len(live))
             t0 = time.perf_counter()
             self._flush_copies()
             size = int(llama_cpp.llama_state_seq_get_size(self._ctx, MAIN_SEQ))
@@ -217,37 +231,65 @@ class SnapshotLayer(BranchLayer):
     @property
     def snapshots_past_window(self) -> bool | None:
         """Whether a snapshot longer than the sliding window restores exactly on this CPU:
-        None where there is no window (or exact reuse is off) or it was not measured yet."""
+        True once ``WINDOW_TRUST_LENGTHS`` lengths did, False once one did not; None where
+        there is no window (or exact reuse is off) or it is not decided yet."""
         if not (self._exact and self._model.n_swa > 0):
             return None
+        verdict = self._window_verdict()
+        return verdict if isinstance(verdict, bool) else None
+
+    @property
+    def window_lengths_exact(self) -> int:
+        """How many lengths past the window restored exactly while it is not decided yet."""
+        verdict = self._window_verdict()
+        return len(verdict) if isinstance(verdict, list) else 0
+
+    def _window_verdict(self) -> bool | list[int]:
         if self._window_exact is None:
             found = read_map(self._window_probe_path()).get(self._window_probe_key())
-            self._window_exact = found if isinstance(found, bool) else None
+            self._window_exact = (
+                found if isinstance(found, bool) else
+                sorted({n for n in found if isinstance(n, int) and not isinstance(n, bool)})
+                if isinstance(found, list) else [])
         return self._window_exact
 
     def _window_probe_path(self) -> Path:
         return cache_dir() / "engine" / "restored-window.json"
 
     def _window_probe_key(self) -> str:
-        return probe_key(identity=self.identity.to_dict(), **kernel_settings(self.profile))
+        return probe_key(identity=self.identity.to_dict(), window_probe=WINDOW_PROBE_VERSION,
+                         **kernel_settings(self.profile))
 
-    def _restored_window_exact(self) -> bool:
-        """The probe's answer: kept, or measured now on the live sequence (longer than the
-        window) and kept. Needs a spare sequence; without one (``n_seq_max = 1``) the answer
-        is no."""
-        known = self.snapshots_past_window
-        if known is not None:
-            return known
+    def _window_refusal(self, tokens: int) -> UnsupportedCapabilityError:
+        return UnsupportedCapabilityError(
+            f"a snapshot of more than {self._model.n_swa} tokens (the sliding window) "
+            "does not restore exactly on this CPU: llama.cpp keeps only the window's "
+            "cells, and this CPU's attention kernels round differently over that "
+            "layout", capability="snapshots_past_window", tokens=tokens,
+            window=self._model.n_swa)
+
+    def _restored_window_exact(self, n: int) -> bool:
+        """Whether a snapshot of the live sequence (``n`` tokens, longer than the window)
+        restores exactly: the kept answer, or measured now and kept. Needs a spare sequence;
+        without one (``n_seq_max = 1``) the answer is no."""
+        verdict = self._window_verdict()
+        if isinstance(verdict, bool):
+            return verdict
+        if n in verdict:
+            return True
         t0 = time.perf_counter()
         try:
             same = self._measure_restored_window()
         except Exception:
             self._clear_live()  # whatever the failure left there is not known to be exact
             raise
-        log.info("restored-window probe: %s (%.0f ms)", "exact" if same else "not exact",
-                 ms_since(t0))
-        self._window_exact = same
-        write_entry(self._window_probe_path(), self._window_probe_key(), same)
+        log.info("restored-window probe at %d tokens: %s (%.0f ms)", n,
+                 "exact" if same else "not exact", ms_since(t0))
+        lengths = sorted({*verdict, n})
+        kept: bool | list[int] = (
+            False if not same else True if len(lengths) >= WINDOW_TRUST_LENGTHS else lengths)
+        self._window_exact = kept
+        write_entry(self._window_probe_path(), self._window_probe_key(), kept)
         return same
 
     def _measure_restored_window(self) -> bool:
