@@ -500,12 +500,13 @@ class CodeFinder:
         lifted: dict[tuple[str, int], float] = {}
         methods: dict[tuple[str, int], str] = {}
         for score, p, def_line in scored[:CONSTRUCTOR_FROM]:
-            chunks, _ = self._file(p)
-            method = next((c for c in chunks if c.def_line == def_line), None)
-            if method is None or method.kind != "function" or "." not in method.qualname:
+            method, _ = self._chunk_at(p, def_line)
+            if (method is None or method.def_line != def_line or method.kind != "function"
+                    or "." not in method.qualname):
                 continue  # not a method (a function, a class nested in a class)
             owner = method.qualname.split(".", 1)[0]
-            init = next((c for c in chunks if c.qualname == f"{owner}.__init__"), None)
+            init = next((c for c in self._file(p)[0] if c.qualname == f"{owner}.__init__"),
+                        None)
             if init is None or init.def_line == def_line or (p, init.def_line) in exclude:
                 continue
             key = (p, init.def_line)
