@@ -56,12 +56,15 @@ HEADER_WIDTH = 64
 _TRAILING_COMMA = re.compile(r",\s*([)\]}])")
 #: The question's search offers this many definitions, shown whole or by their header.
 QUESTION_CANDIDATES = 30
-#: After the question's definitions, the files of this many more of its candidates are named
-#: on one line (a file a fix touches is often one whose code did not fit) ...
+#: After the question's definitions, up to this many more files are named on one line (a file
+#: a fix touches is often one whose code did not fit): the search's files ...
 MORE_FILES = 8
 #: ... each with a candidate scoring at least this share of the best hit's (a file with a
 #: stray word of the question is not worth its path).
 MORE_FILES_MIN_SCORE = 0.01
+#: That line names first the files the code of this many of the question's best definitions
+#: imports the names it uses from (``CodeFinder.imported_files``).
+IMPORTS_FROM = 2
 #: A definition an output's traceback ran through is shown before every search hit: its score
 #: is this many times the best hit's.
 TRACED_PRIORITY = 100.0
@@ -494,14 +497,21 @@ def code_inputs(
                                          exclude=exclude | traced_keys,
                                          limit=QUESTION_CANDIDATES)
         hits = [s for s in found.snippets if not _pinned(s, req.pins)]
-        # Named: source files the context does not show already (the open file, the map's,
-        # the pins', the cursor part's); test files are where a fix is checked, not made.
+        # Named: first the files the best definitions' code imports what it uses from (a fix
+        # reaches into the helpers it imports, whose files seldom share a word with the
+        # question), then the search's; only source files the context does not show already
+        # (the open file, the map's, the pins', the cursor part's); test files are where a
+        # fix is checked, not made.
         shown_paths = {*req.mapped, *(p for p, _, _ in req.pins)}
         if path is not None:
             shown_paths.add(path)
         shown_displays = {c.path for c in cursor_code}
         least = MORE_FILES_MIN_SCORE * (found.files[0].score if found.files else 0.0)
-        files = [f for f in found.files if f.score >= least and f.path not in shown_paths
+        imported = finder.imported_files(hits[:IMPORTS_FROM]) if IMPORTS_FROM else []
+        named: dict[str, FileHit] = {}
+        for f in [*imported, *(f for f in found.files if f.score >= least)]:
+            named.setdefault(f.path, f)
+        files = [f for f in named.values() if f.path not in shown_paths
                  and f.display not in shown_displays and not is_test_path(f.display)]
     if not traced and not hits:
         return tuple(cursor_code), ()

@@ -138,7 +138,7 @@ def output(entry: OutputEntry, keep_tail: int | None = None) -> Pieces:
 #: Above the header-only snippets of a code segment.
 HEADERS_HEADING = "Headers of more definitions (bodies left out):\n\n"
 #: Before the file-only snippets of a code segment, on one line.
-FILES_HEADING = "More files that match: "
+FILES_HEADING = "Related files: "
 #: Between two files of that line.
 FILES_SEPARATOR = ", "
 

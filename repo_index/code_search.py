@@ -487,6 +487,23 @@ class CodeFinder:
                 best[p] = FileHit(p, displays[p], def_line, score)
         return QuestionHits(snippets, tuple(best.values()))
 
+    def imported_files(self, snippets: Sequence[Snippet]) -> list[FileHit]:
+        """The workspace files ``snippets``' code imports the names it uses from (``from m
+        import name`` → ``m``'s file), in the snippets' order, each once, none of theirs: a
+        fix in a definition often reaches into the helpers it imports."""
+        modules = functools.cache(self._module_files)
+        own = {s.path for s in snippets}
+        out: dict[str, FileHit] = {}
+        for s in snippets:
+            scope = self._import_scope(s.path, modules)
+            if scope is None:
+                continue
+            for name in self.chunk_references(s.path, s.chunk):
+                for p in sorted(scope.names.get(name, ())):
+                    if p not in own and p not in out:
+                        out[p] = FileHit(p, self.index.display_path(p) or p, 0, s.score)
+        return list(out.values())
+
     def _with_constructors(
         self, scored: list[tuple[float, str, int]], exclude: Collection[tuple[str, int]],
     ) -> tuple[list[tuple[float, str, int]], dict[tuple[str, int], str]]:

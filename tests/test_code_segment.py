@@ -27,6 +27,7 @@ from contenox_lsp.code_segment import (
 from contenox_lsp.turn import read_disk_text
 from contextasm import CodeSnippet, ContextInputs, RepoMap, SegmentKind, UserTurn, assemble
 from contextasm.errors import ContextOverflowError
+from contextasm.render import FILES_HEADING
 from repo_index import RepoIndex, lexical
 from repo_index.chunks import chunks_of, enclosing
 from repo_index.code_search import QUESTION_REASON, CodeFinder, FileHit, Snippet, mirrored_name
@@ -759,7 +760,7 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
     inputs = dataclasses.replace(_inputs(), question_code=asked)
     asm = assemble(inputs, gemma, make_identity(gemma), max_new_tokens=100)
     [segment] = [s for s in asm.segments if s.label == "code (question)"]
-    line = "More files that match: " + ", ".join(c.path for c in named) + "\n"
+    line = FILES_HEADING + ", ".join(c.path for c in named) + "\n"
     assert line in segment.text
     if any(c.header_only for c in asked):
         assert segment.text.index("Headers of more definitions") < segment.text.index(line)
@@ -771,6 +772,55 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
     monkeypatch.setattr(code_segment, "MORE_FILES_MIN_SCORE", 1.0)
     _, strict = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
     assert not any(c.file_only for c in strict)
+
+
+def test_the_files_the_best_definitions_import_from_are_named_first(
+    tmp_path: Path, gemma: LlamaVocabTokenizer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The files line starts with the modules the best hits' code imports the names it uses
+    from, though they share no word with the question; an import the code does not use,
+    a file the context shows and a test module are not named."""
+    from contenox_lsp import code_segment
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/scrubbing.py").write_text(
+        "def _scrub(text):\n    return text.strip().lower()\n")
+    (tmp_path / "pkg/unused.py").write_text("def nothing_here():\n    return 1\n")
+    (tmp_path / "pkg/shown.py").write_text("def _wrap(text):\n    return [text]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/fixtures.py").write_text("def sample():\n    return 'x'\n")
+    (tmp_path / "pkg/render.py").write_text(
+        "from pkg.scrubbing import _scrub\nfrom pkg.unused import nothing_here\n"
+        "from pkg.shown import _wrap\nfrom tests.fixtures import sample\n\n\n"
+        "def render_header(value):\n    \"\"\"Render the header.\"\"\"\n"
+        + "".join(f"    value = value.replace('{i}', 'header {i}')\n" for i in range(12))
+        + "    return _wrap(_scrub(value)), sample()\n")
+    for n in range(3):
+        (tmp_path / f"pkg/header_{n}.py").write_text(
+            f"def header_{n}(value):\n    \"\"\"The header.\"\"\"\n"
+            + "".join(f"    value = value + '{i}'\n" for i in range(12))
+            + "    return value\n")
+    finder = finder_for(tmp_path)
+
+    def count(text: str) -> int:
+        return len(gemma.tokenize(text, special=False))
+
+    req = CodeRequest(roots=[tmp_path], buffers={}, pins=[], path=None, line=None,
+                      question="How is the header rendered?",
+                      mapped=[str((tmp_path / "pkg/shown.py").resolve())])
+
+    def named_files() -> list[str]:
+        _, asked = code_inputs(finder, req, count, CodeBudget(300, 0.0), read_disk_text)
+        assert asked and asked[0].title == "render_header" and not asked[0].header_only
+        return [c.path for c in asked if c.file_only]
+
+    named = named_files()
+    assert named[0] == "pkg/scrubbing.py"
+    assert not {"pkg/unused.py", "pkg/shown.py", "tests/fixtures.py"} & set(named)
+    assert {f"pkg/header_{n}.py" for n in range(3)} & set(named[1:])  # then what matches
+    # The imported helper is named for the import alone: no word of the question finds it.
+    monkeypatch.setattr(code_segment, "IMPORTS_FROM", 0)
+    assert "pkg/scrubbing.py" not in named_files()
 
 
 def test_a_shrunk_question_part_drops_the_files_first_and_counts_only_definitions(
