@@ -76,12 +76,13 @@ class Snippet:
 
 @dataclass(frozen=True)
 class FileHit:
-    """A file the question's search ranked a candidate in, by its best one."""
+    """A file the question's search ranked a candidate in, by its best one (or one a
+    definition's code imports a name from: ``CodeFinder.imported_files``)."""
 
     path: str  # absolute
     display: str  # workspace-relative
-    def_line: int  # 0-based, of its best candidate
-    score: float  # its best candidate's
+    def_line: int  # 0-based, of its best candidate (of the name imported; 0: not found)
+    score: float  # its best candidate's (the importing definition's)
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,9 @@ class CodeFinder:
             for name in self.chunk_references(s.path, s.chunk):
                 for p in sorted(scope.names.get(name, ())):
                     if p not in own and p not in out:
-                        out[p] = FileHit(p, self.index.display_path(p) or p, 0, s.score)
+                        line = next((d.line for d in self.index.definitions(name)
+                                     if d.path == p), 0)
+                        out[p] = FileHit(p, self.index.display_path(p) or p, line, s.score)
         return list(out.values())
 
     def _with_constructors(

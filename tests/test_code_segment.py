@@ -784,7 +784,7 @@ def test_the_files_the_best_definitions_import_from_are_named_first(
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg/scrubbing.py").write_text(
-        "def _scrub(text):\n    return text.strip().lower()\n")
+        '"""Text cleaning."""\n\n\ndef _scrub(text):\n    return text.strip().lower()\n')
     (tmp_path / "pkg/unused.py").write_text("def nothing_here():\n    return 1\n")
     (tmp_path / "pkg/shown.py").write_text("def _wrap(text):\n    return [text]\n")
     (tmp_path / "tests").mkdir()
@@ -809,18 +809,19 @@ def test_the_files_the_best_definitions_import_from_are_named_first(
                       question="How is the header rendered?",
                       mapped=[str((tmp_path / "pkg/shown.py").resolve())])
 
-    def named_files() -> list[str]:
+    def named_files() -> list[CodeSnippet]:
         _, asked = code_inputs(finder, req, count, CodeBudget(300, 0.0), read_disk_text)
         assert asked and asked[0].title == "render_header" and not asked[0].header_only
-        return [c.path for c in asked if c.file_only]
+        return [c for c in asked if c.file_only]
 
-    named = named_files()
-    assert named[0] == "pkg/scrubbing.py"
+    named_first, *named_next = named_files()
+    assert (named_first.path, named_first.line) == ("pkg/scrubbing.py", 4)  # at ``_scrub``
+    named = [c.path for c in [named_first, *named_next]]
     assert not {"pkg/unused.py", "pkg/shown.py", "tests/fixtures.py"} & set(named)
     assert {f"pkg/header_{n}.py" for n in range(3)} & set(named[1:])  # then what matches
     # The imported helper is named for the import alone: no word of the question finds it.
     monkeypatch.setattr(code_segment, "IMPORTS_FROM", 0)
-    assert "pkg/scrubbing.py" not in named_files()
+    assert "pkg/scrubbing.py" not in {c.path for c in named_files()}
 
 
 def test_a_shrunk_question_part_drops_the_files_first_and_counts_only_definitions(
