@@ -105,6 +105,13 @@ def is_test_path(path: str) -> bool:
     )
 
 
+def _module_named(path: str, name: str) -> bool:
+    """Whether ``path`` is module ``name``'s file (``name.py``, ``name/__init__.py``)."""
+    folder, file = os.path.split(path)
+    stem = os.path.splitext(file)[0]
+    return stem == name or (stem == "__init__" and os.path.basename(folder) == name)
+
+
 def mirrored_name(path: str) -> str | None:
     """The source file name a test module is named after (``test_x.py``, ``x_test.py`` ->
     ``x.py``); None for anything else."""
@@ -351,13 +358,20 @@ class CodeFinder:
         """Of a name's several definitions, those its user's imports point at: the module it
         was imported from (or, one level on, where that module imported it from: a package's
         ``__init__`` re-exporting it); all of them when the imports say nothing."""
+        homes = self._import_homes(name, scope, modules)
+        chosen = [d for d in defs if d.path in homes]
+        return chosen or defs
+
+    def _import_homes(self, name: str, scope: ImportScope,
+                      modules: Callable[[], ModuleFiles]) -> set[str]:
+        """The files ``scope``'s imports of ``name`` point at, and one level on, where those
+        modules imported it from (a package's ``__init__`` re-exporting it)."""
         homes = set(scope.names.get(name, ()))
         for module in list(homes):
             inner = self._import_scope(module, modules)
             if inner is not None:
                 homes.update(inner.names.get(name, ()))
-        chosen = [d for d in defs if d.path in homes]
-        return chosen or defs
+        return homes
 
     def mirrored_sources(self, path: str) -> list[str]:
         """The source files the test module ``path`` is named after (``tests/test_x.py`` ->
@@ -499,11 +513,18 @@ class CodeFinder:
             scope = self._import_scope(s.path, modules)
             if scope is None:
                 continue
-            for name in self.chunk_references(s.path, s.chunk):
-                for p in sorted(scope.names.get(name, ())):
+            for name in dict.fromkeys(self.chunk_references(s.path, s.chunk)):
+                homes = self._import_homes(name, scope, modules)
+                if not homes:
+                    continue  # not imported: the file's own, or a builtin
+                # Where it is defined; an imported module is its own file, not its package's.
+                places = sorted((d.path, d.line) for d in self.index.definitions(name)
+                                if d.path in homes)
+                if not places:
+                    places = ([(p, 0) for p in sorted(homes) if _module_named(p, name)]
+                              or [(p, 0) for p in sorted(homes)])
+                for p, line in places:
                     if p not in own and p not in out:
-                        line = next((d.line for d in self.index.definitions(name)
-                                     if d.path == p), 0)
                         out[p] = FileHit(p, self.index.display_path(p) or p, line, s.score)
         return list(out.values())
 

@@ -777,25 +777,30 @@ def test_more_files_are_named_after_the_headers(tmp_path: Path, gemma: LlamaVoca
 def test_the_files_the_best_definitions_import_from_are_named_first(
     tmp_path: Path, gemma: LlamaVocabTokenizer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The files line starts with the modules the best hits' code imports the names it uses
-    from, though they share no word with the question; an import the code does not use,
-    a file the context shows and a test module are not named."""
+    """The files line starts with the files the best hits' code imports the names it uses
+    from, though they share no word with the question: where the name is defined (past a
+    package's ``__init__`` re-exporting it). An import the code does not use, a file the
+    context shows and a test module are not named."""
     from contenox_lsp import code_segment
 
-    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/formats").mkdir(parents=True)
+    (tmp_path / "pkg/__init__.py").write_text('"""Rendering."""\n')
     (tmp_path / "pkg/scrubbing.py").write_text(
         '"""Text cleaning."""\n\n\ndef _scrub(text):\n    return text.strip().lower()\n')
+    (tmp_path / "pkg/formats/__init__.py").write_text("from pkg.formats.upper import shout\n")
+    (tmp_path / "pkg/formats/upper.py").write_text("def shout(text):\n    return text.upper()\n")
     (tmp_path / "pkg/unused.py").write_text("def nothing_here():\n    return 1\n")
     (tmp_path / "pkg/shown.py").write_text("def _wrap(text):\n    return [text]\n")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests/fixtures.py").write_text("def sample():\n    return 'x'\n")
     (tmp_path / "pkg/render.py").write_text(
         "from pkg.scrubbing import _scrub\nfrom pkg.unused import nothing_here\n"
-        "from pkg.shown import _wrap\nfrom tests.fixtures import sample\n\n\n"
+        "from pkg.shown import _wrap\nfrom pkg.formats import shout\n"
+        "from tests.fixtures import sample\n\n\n"
         "def render_header(value):\n    \"\"\"Render the header.\"\"\"\n"
         + "".join(f"    value = value.replace('{i}', 'header {i}')\n" for i in range(12))
-        + "    return _wrap(_scrub(value)), sample()\n")
-    for n in range(3):
+        + "    return _wrap(_scrub(value)), sample(), shout(value)\n")
+    for n in range(10):
         (tmp_path / f"pkg/header_{n}.py").write_text(
             f"def header_{n}(value):\n    \"\"\"The header.\"\"\"\n"
             + "".join(f"    value = value + '{i}'\n" for i in range(12))
@@ -809,19 +814,20 @@ def test_the_files_the_best_definitions_import_from_are_named_first(
                       question="How is the header rendered?",
                       mapped=[str((tmp_path / "pkg/shown.py").resolve())])
 
-    def named_files() -> list[CodeSnippet]:
-        _, asked = code_inputs(finder, req, count, CodeBudget(300, 0.0), read_disk_text)
+    def named_files() -> dict[str, int]:
+        _, asked = code_inputs(finder, req, count, CodeBudget(400, 0.0), read_disk_text)
         assert asked and asked[0].title == "render_header" and not asked[0].header_only
-        return [c for c in asked if c.file_only]
+        return {c.path: c.line for c in asked if c.file_only}
 
-    named_first, *named_next = named_files()
-    assert (named_first.path, named_first.line) == ("pkg/scrubbing.py", 4)  # at ``_scrub``
-    named = [c.path for c in [named_first, *named_next]]
-    assert not {"pkg/unused.py", "pkg/shown.py", "tests/fixtures.py"} & set(named)
-    assert {f"pkg/header_{n}.py" for n in range(3)} & set(named[1:])  # then what matches
-    # The imported helper is named for the import alone: no word of the question finds it.
+    named = named_files()
+    imported = {"pkg/scrubbing.py": 4, "pkg/formats/upper.py": 1}
+    assert dict(list(named.items())[:2]) == imported  # first; at the name imported
+    assert not {"pkg/unused.py", "pkg/shown.py", "tests/fixtures.py", "pkg/__init__.py",
+                "pkg/formats/__init__.py"} & set(named)
+    assert {f"pkg/header_{n}.py" for n in range(10)} & set(named)  # then what matches
+    # The imported helpers are named for the imports alone: no word of the question finds them.
     monkeypatch.setattr(code_segment, "IMPORTS_FROM", 0)
-    assert "pkg/scrubbing.py" not in {c.path for c in named_files()}
+    assert not set(imported) & set(named_files())
 
 
 def test_a_shrunk_question_part_drops_the_files_first_and_counts_only_definitions(
