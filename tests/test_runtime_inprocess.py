@@ -28,6 +28,9 @@ from contenox_lsp.runtime.idle_prefill import IdlePrefill
 from contenox_lsp.runtime.worker import Priority
 from contenox_lsp.turn import TurnSpec, WorkspaceState, turn_at
 from contextasm import Assembly, SegmentKind
+from contextasm.formats import get_format
+from contextasm.render import answer_lead
+from engine.results import drain
 from repo_index import RepoIndex
 
 BODY_LINE = "        obj, end = self.raw_decode(s, idx=_w(s, 0).end())\n"
@@ -163,10 +166,14 @@ async def test_an_ask_at_the_last_edit_prefills_only_its_question(runtime: Any) 
     assert m["reusedTokens"] >= assembly.question_start - granularity
     assert m["newTokens"] <= assembly.n_tokens - assembly.question_start + granularity
 
+    fmt = get_format(assembly.identity.prompt_format)
+
     def cold(session: Any, _job: Any) -> str:
         session.reset()
         session.prefill(list(assembly.tokens))
-        return str(session.generate(8).text)
+        # Ended as the ask ends its answer: at the format's stop text, after its lead.
+        return drain(session.stream(max_tokens=8), None, fmt.stop,
+                     answer_lead(fmt, turn.question), fmt.opening).text
 
     # The warmed cursor context gives the cold run's greedy answer.
     assert out["text"] == await rt.run_user_job(cold, "cold reference")
