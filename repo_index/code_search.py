@@ -503,9 +503,10 @@ class CodeFinder:
         return QuestionHits(snippets, tuple(best.values()))
 
     def imported_files(self, snippets: Sequence[Snippet]) -> list[FileHit]:
-        """The workspace files ``snippets``' code imports the names it uses from (``from m
-        import name`` → ``m``'s file), in the snippets' order, each once, none of theirs: a
-        fix in a definition often reaches into the helpers it imports."""
+        """The workspace files ``snippets``' code imports the names it uses from, in the
+        snippets' order, each once, none of theirs: for ``from m import name`` the file that
+        defines ``name`` (``m``, or where ``m``'s ``__init__`` imported it from), else ``m``'s
+        own file. A fix in a definition often reaches into the helpers it imports."""
         modules = functools.cache(self._module_files)
         own = {s.path for s in snippets}
         out: dict[str, FileHit] = {}
