@@ -507,7 +507,7 @@ def code_inputs(
             shown_paths.add(path)
         shown_displays = {c.path for c in cursor_code}
         least = MORE_FILES_MIN_SCORE * (found.files[0].score if found.files else 0.0)
-        imported = finder.imported_files(hits[:IMPORTS_FROM]) if IMPORTS_FROM else []
+        imported = finder.imported_files(hits[:IMPORTS_FROM])
         named: dict[str, FileHit] = {}
         for f in [*imported, *(f for f in found.files if f.score >= least)]:
             named.setdefault(f.path, f)
