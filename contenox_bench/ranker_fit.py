@@ -23,12 +23,17 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from contenox_bench.ctxeval_tasks import repo_of, workspace_of
 from repo_index.question_rank import DEFAULT_RANKER, FEATURES, QuestionRanker
+
+if TYPE_CHECKING:
+    from contenox_lsp.code_segment import CursorReach
+    from repo_index.code_search import CodeFinder
+    from repo_index.question_rank import Candidate
 
 logger = logging.getLogger(__name__)
 
@@ -54,24 +59,33 @@ class Group:
         return bool(self.labels.any())
 
 
-def task_group(task: Mapping[str, Any], root: Path) -> Group:
-    """The candidates the server's question search ranks for ``task`` in the workspace
-    ``root`` (the task's tree), labelled with the task's changed definitions."""
+def task_candidates(task: Mapping[str, Any], root: Path, cache: str) -> tuple[
+        list[tuple[Candidate, tuple[float, ...]]], CodeFinder, CursorReach]:
+    """The candidates (with their features) the server's question search ranks for ``task``
+    in the workspace ``root`` (the task's tree, indexed into ``cache``), the finder that
+    found them and the cursor's reach they were found with."""
     from contenox_lsp.code_segment import cursor_reach
     from contenox_lsp.turn import read_disk
     from repo_index import RepoIndex
     from repo_index.code_search import CodeFinder
 
+    index = RepoIndex([root], cache_dir=cache)
+    index.build()
+    finder = CodeFinder(index, lambda p: read_disk(Path(p)))
+    open_path = str((root / str(task["open_file"])).resolve())
+    reach = cursor_reach(finder, open_path, int(task["cursor_line"]) - 1)
+    own = {(open_path, reach.here.def_line)} if reach.here is not None else set()
+    found = finder.question_candidates(
+        str(task["question"]), reach.names, graph=reach.graph, near_files=reach.near,
+        mirror_files=reach.mirrors, exclude=own)
+    return found, finder, reach
+
+
+def task_group(task: Mapping[str, Any], root: Path) -> Group:
+    """The candidates the server's question search ranks for ``task`` in the workspace
+    ``root`` (the task's tree), labelled with the task's changed definitions."""
     with tempfile.TemporaryDirectory(prefix="ranker-index-") as cache:
-        index = RepoIndex([root], cache_dir=cache)
-        index.build()
-        finder = CodeFinder(index, lambda p: read_disk(Path(p)))
-        open_path = str((root / str(task["open_file"])).resolve())
-        reach = cursor_reach(finder, open_path, int(task["cursor_line"]) - 1)
-        own = {(open_path, reach.here.def_line)} if reach.here is not None else set()
-        found = finder.question_candidates(
-            str(task["question"]), reach.names, graph=reach.graph, near_files=reach.near,
-            mirror_files=reach.mirrors, exclude=own)
+        found, _, _ = task_candidates(task, root, cache)
     changed = {(str((root / d["file"]).resolve()), int(d["def_line"]) - 1)
                for d in task["gt_defs"]}
     feats = np.array([f for _, f in found], dtype=np.float64).reshape(-1, len(FEATURES))
@@ -97,6 +111,12 @@ def _loss_and_grad(w: np.ndarray, x: np.ndarray, start: np.ndarray, group_of: np
 def fit(groups: Sequence[Group], l2: float = DEFAULT_L2, source: str = "") -> QuestionRanker:
     """The ranker that maximises the changed definitions' softmax probability over
     ``groups`` (those with a changed definition among their candidates)."""
+    return QuestionRanker(fit_weights(groups, l2), source=source)
+
+
+def fit_weights(groups: Sequence[Group], l2: float = DEFAULT_L2) -> tuple[float, ...]:
+    """``fit``'s weights, one per column of the groups' features (however many: a probe may
+    add a feature the ranker does not have)."""
     used = [g for g in groups if g.answerable]
     if not used:
         raise ValueError("no task has a changed definition among its candidates")
@@ -125,7 +145,7 @@ def fit(groups: Sequence[Group], l2: float = DEFAULT_L2, source: str = "") -> Qu
             break
     # Standardisation folded back: the intercept a shift adds is the same for every
     # candidate of a task, so it does not change a ranking and is dropped.
-    return QuestionRanker(tuple(round(float(v), 3) for v in w / sd), source=source)
+    return tuple(round(float(v), 3) for v in w / sd)
 
 
 def ranks_first(scores: np.ndarray, labels: np.ndarray, k: int) -> bool:

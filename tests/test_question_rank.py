@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,57 @@ def test_an_ask_shows_the_mirrored_source_first_and_the_idle_prompt_agrees(
                           path=Path("tests/test_shapes.py"), line=7, question="")
     cursor_code, _ = code_inputs(finder, request, count, CodeBudget(400), read_disk_text)
     assert [c.title.split(" ")[0] for c in cursor_code] == ["area", "make_box"]
+
+
+def _bag_of_words(texts: Sequence[str]) -> np.ndarray:
+    """A stand-in for the probe's sentence model (which is no dependency of the tests): unit
+    vectors of hashed search terms, so texts sharing words have a positive cosine."""
+    out = np.zeros((len(texts), 64))
+    for i, text in enumerate(texts):
+        for t in terms(text):
+            out[i, sum(map(ord, t)) % 64] += 1.0
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms == 0, 1.0, norms)
+
+
+def test_the_semantic_probe_adds_the_cosine_to_the_servers_candidates(tmp_path: Path) -> None:
+    from contenox_bench.scripts import semantic_probe as probe
+
+    task = _tree(tmp_path, "one")
+    root = tmp_path / "one"
+    # Code that shares no word with the question or the cursor: no candidate, only the pool
+    # can bring it.
+    write(root, {"colors.py": "def blend(first, second):\n    return first + second\n"})
+    group = ranker_fit.task_group(task, root)
+    row = probe.task_rows(task, root, probe.EmbeddingCache(_bag_of_words), pool=5)
+    # The same candidates in the same order, each with its cosine.
+    assert np.allclose(np.array(row["rows"]), group.features)
+    assert row["labels"] == group.labels.tolist()
+    assert len(row["cosines"]) == len(row["rows"])
+    assert all(-1.0 - 1e-9 <= c <= 1.0 + 1e-9 for c in row["cosines"])
+    # The pool adds chunks that are not candidates, each with the ranker's features.
+    assert 1 <= len(row["extra_rows"]) == len(row["extra_labels"]) == len(row["extra_cosines"])
+    assert len(row["extra_rows"]) <= 5
+    assert row["extra_cosines"] == sorted(row["extra_cosines"], reverse=True)  # nearest first
+    assert all(len(r) == len(FEATURES) for r in row["extra_rows"])
+    assert not any(row["extra_labels"])  # the changed definition is a candidate already
+
+
+def test_the_semantic_probe_credits_a_cosine_that_marks_the_answer() -> None:
+    from contenox_bench.scripts import semantic_probe as probe
+
+    rng = random.Random(3)
+    rows = []
+    for repo in ("a", "b"):
+        for i in range(15):
+            feats = [[rng.gauss(0, 1) for _ in FEATURES] for _ in range(40)]
+            hit = rng.randrange(40)
+            cosines = [0.1] * 40
+            cosines[hit] = 0.9
+            rows.append({"id": f"{repo}-{i}", "repo": repo, "defs": 1, "rows": feats,
+                         "labels": [j == hit for j in range(40)], "cosines": cosines,
+                         "extra_rows": [], "extra_labels": [], "extra_cosines": []})
+    without = probe.located_within(rows, cosine=False, pooled=False)
+    with_cosine = probe.located_within(rows, cosine=True, pooled=False)
+    assert with_cosine[5] == 30.0  # fitted on the other repository, it still finds each
+    assert without[5] < 15.0  # noise alone: about one in eight within the first five
