@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 
 from contenox_bench.ctxeval_tasks import repo_of, workspace_of
-from contenox_bench.ranker_fit import Group, fit_weights
+from contenox_bench.ranker_fit import Group, fit_weights, task_candidates
+from repo_index.chunks import chunks_of
+from repo_index.code_search import is_test_path
 from repo_index.lexical import terms
-from repo_index.question_rank import FEATURES
+from repo_index.question_rank import FEATURES, Candidate, features
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,8 @@ def embedder(model: Path, tokenizer: Path) -> Embed:
     compiled = core.compile_model(core.read_model(str(model)), "CPU")
 
     def embed(texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), 0), dtype=np.float32)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
         rows: dict[int, np.ndarray] = {}
         for b in range(0, len(order), BATCH):
@@ -80,9 +83,7 @@ def embedder(model: Path, tokenizer: Path) -> Embed:
             pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
             pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
             rows.update(zip(idx, pooled, strict=True))
-        if rows:
-            out = np.stack([rows[i] for i in range(len(texts))]).astype(np.float32)
-        return out
+        return np.stack([rows[i] for i in range(len(texts))]).astype(np.float32)
 
     return embed
 
@@ -119,11 +120,6 @@ def task_rows(task: Mapping[str, Any], root: Path, embed: EmbeddingCache,
               pool: int, text_lines: int = TEXT_LINES) -> dict[str, Any]:
     """The task's candidates' features (``FEATURES``), their cosines with the question, and, when
     ``pool``, the features and cosines of the nearest chunks that are not candidates."""
-    from contenox_bench.ranker_fit import task_candidates
-    from repo_index.chunks import chunks_of
-    from repo_index.code_search import is_test_path
-    from repo_index.question_rank import Candidate, features
-
     changed = {(str((root / d["file"]).resolve()), int(d["def_line"]) - 1)
                for d in task["gt_defs"]}
     question = str(task["question"])
