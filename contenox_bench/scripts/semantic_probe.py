@@ -171,6 +171,10 @@ def _lines(text: str | None) -> list[str]:
 
 
 def _group(t: Mapping[str, Any], cosine: bool, pooled: bool) -> Group:
+    """One task's rows for the fit: with the cosine column when ``cosine``, and with the
+    pool's chunks when ``pooled`` (which are ranked by it, so it needs the column)."""
+    if pooled and not cosine:
+        raise ValueError("the pool's chunks come with their cosine")
     rows = [r + ([c] if cosine else []) for r, c in zip(t["rows"], t["cosines"], strict=True)]
     labels = list(t["labels"])
     if pooled:
