@@ -38,7 +38,7 @@ import numpy as np
 
 from contenox_bench.ctxeval_tasks import repo_of, workspace_of
 from contenox_bench.ranker_fit import Group, fit_weights, task_candidates
-from repo_index.chunks import chunks_of
+from repo_index.chunks import Chunk, chunks_of
 from repo_index.code_search import is_test_path
 from repo_index.lexical import terms
 from repo_index.question_rank import FEATURES, Candidate, features
@@ -126,10 +126,15 @@ def task_rows(task: Mapping[str, Any], root: Path, embed: EmbeddingCache,
     q = embed([question])[0]
     with tempfile.TemporaryDirectory(prefix="semantic-probe-") as cache:
         found, finder, reach = task_candidates(task, root, cache)
-        texts = [chunk_text(c.chunk.qualname, c.display,
-                            [t for _, t in c.chunk.lines(_lines(finder.read_text(c.path)))],
-                            text_lines)
-                 for c, _ in found]
+
+        def text_of(path: str, display: str, chunks: Sequence[Chunk]) -> list[str]:
+            # The finder's own lines of the file (read once, as the search read them).
+            shown = finder.definitions_at([(path, c.def_line) for c in chunks], "",
+                                          len(chunks))
+            return [chunk_text(sn.chunk.qualname, display, [t for _, t in sn.lines],
+                               text_lines) for sn in shown]
+
+        texts = [text for c, _ in found for text in text_of(c.path, c.display, [c.chunk])]
         rows = [list(f) for _, f in found]
         labels = [(c.path, c.chunk.def_line) in changed for c, _ in found]
         cosines = list(embed(texts) @ q) if texts else []
@@ -142,16 +147,11 @@ def task_rows(task: Mapping[str, Any], root: Path, embed: EmbeddingCache,
             other_texts: list[str] = []
             for path in sorted(finder.index.versions()):
                 display = finder.index.display_path(path) or path
-                lines = _lines(finder.read_text(path))
-                for chunk in chunks_of(finder.index.raw_definitions(path)):
-                    if (path, chunk.def_line) in have:
-                        continue
-                    others.append(Candidate(path, display, chunk, 0.0, 0.0,
-                                            path in reach.mirrors, path in reach.near,
-                                            is_test_path(path)))
-                    other_texts.append(chunk_text(chunk.qualname, display,
-                                                  [t for _, t in chunk.lines(lines)],
-                                                  text_lines))
+                chunks = [c for c in chunks_of(finder.index.raw_definitions(path))
+                          if (path, c.def_line) not in have]
+                others += [Candidate(path, display, c, 0.0, 0.0, path in reach.mirrors,
+                                     path in reach.near, is_test_path(path)) for c in chunks]
+                other_texts += text_of(path, display, chunks)
             sims = embed(other_texts) @ q if other_texts else np.zeros(0)
             asked = frozenset(terms(question))
             for i in np.argsort(-sims, kind="stable")[:pool]:
@@ -163,11 +163,6 @@ def task_rows(task: Mapping[str, Any], root: Path, embed: EmbeddingCache,
             "rows": rows, "labels": labels, "cosines": [float(c) for c in cosines],
             "extra_rows": extra_rows, "extra_labels": extra_labels,
             "extra_cosines": extra_cosines}
-
-
-def _lines(text: str | None) -> list[str]:
-    """A file's lines as the finder splits them."""
-    return (text or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _group(t: Mapping[str, Any], cosine: bool, pooled: bool) -> Group:
